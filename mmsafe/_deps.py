@@ -1,0 +1,67 @@
+"""Dependency check that runs before anything imports MMDetection.
+
+A config with ``custom_imports=dict(imports=['mmsafe'])`` on a machine that
+lacks one of mmsafe's dependencies must fail here, naming what is missing and
+how to install it, rather than with a registry ``KeyError`` much later.
+"""
+import importlib.util
+
+from packaging.version import Version
+
+SETUP_HINT = ('Run `bash tools/setup_env.sh` from the mmsafe checkout '
+              '(Windows: `tools\\setup_env.bat`), or install by hand: '
+              'torch first, then `pip install "setuptools<70" wheel && '
+              'MMCV_WITH_OPS=1 pip install --no-build-isolation '
+              '"mmcv>=2.0.0,<2.2.0"`, then `pip install -e .`.')
+
+# (import name, pip requirement, minimum version inclusive, maximum exclusive)
+REQUIREMENTS = (
+    ('torch', 'torch', None, None),
+    ('mmengine', 'mmengine>=0.10,<1', '0.10.0', '1.0.0'),
+    ('mmcv', 'mmcv>=2.0.0,<2.2.0', '2.0.0', '2.2.0'),
+    ('mmdet', 'mmdet>=3.3,<3.4', '3.3.0', '3.4.0'),
+)
+
+
+def _installed_version(name: str):
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover - python < 3.8
+        return None
+    for dist in (name, name.replace('_', '-'), 'mmcv-full' if name == 'mmcv'
+                 else name):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def check_dependencies() -> None:
+    """Raise ``ImportError`` naming every missing or out-of-range dependency.
+
+    Raises:
+        ImportError: when a dependency is absent, has the wrong version, or
+            mmcv was installed without its compiled ops (``mmcv-lite``).
+    """
+    problems = []
+    for module, requirement, low, high in REQUIREMENTS:
+        if importlib.util.find_spec(module) is None:
+            problems.append(f'{module} is not installed (need {requirement})')
+            continue
+        found = _installed_version(module)
+        if found is None or (low is None and high is None):
+            continue
+        base = Version(Version(found).base_version)
+        if (low and base < Version(low)) or (high and base >= Version(high)):
+            problems.append(
+                f'{module} {found} is installed but mmsafe needs '
+                f'{requirement}')
+    if not problems and importlib.util.find_spec('mmcv._ext') is None:
+        problems.append(
+            'mmcv is installed without its compiled ops (mmcv._ext is '
+            'missing; MMDetection needs RoIAlign and NMS). Reinstall mmcv '
+            'with MMCV_WITH_OPS=1')
+    if problems:
+        raise ImportError('mmsafe cannot be imported: ' + '; '.join(problems) +
+                          '. ' + SETUP_HINT)

@@ -1,0 +1,1 @@
+"""Paired (visible + infrared) datasets, dataset wrappers and transforms."""

@@ -1,0 +1,3 @@
+"""Training-safety hooks and optimizer wrappers."""
+from . import hooks  # noqa: F401
+from . import optimizers  # noqa: F401

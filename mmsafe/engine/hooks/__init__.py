@@ -1,0 +1,1 @@
+"""mmsafe hooks, one per file."""

@@ -1,0 +1,1 @@
+"""NaN-skip optimizer wrappers."""

@@ -1,0 +1,105 @@
+"""Shared event reporting for mmsafe guards.
+
+Every guard reports what it did in three places:
+
+* a log line through MMEngine's current logger, prefixed ``[mmsafe]``;
+* a JSON line appended to ``{work_dir}/mmsafe_events.jsonl`` (one file per
+  run, each record carries its rank, so ranks never interleave partial
+  lines: each write is a single ``write`` of one line in append mode);
+* counters in the runner's message hub under ``mmsafe/<guard>`` so that
+  ``SafetyReportHook`` and the logger can pick them up.
+"""
+import json
+import logging
+import os
+import os.path as osp
+import time
+from typing import Any, Dict, Optional
+
+EVENTS_FILE = 'mmsafe_events.jsonl'
+INFO_PREFIX = 'mmsafe/'
+
+
+def _rank() -> int:
+    from mmengine.dist import get_rank
+    return get_rank()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, 'item') and getattr(value, 'numel', lambda: 2)() == 1:
+        value = value.item()
+    if isinstance(value, float) and (value != value or value in
+                                     (float('inf'), float('-inf'))):
+        return str(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def write_event(work_dir: Optional[str], kind: str, **fields: Any) -> Dict:
+    """Append one event record to the run's JSONL event log.
+
+    Args:
+        work_dir (str, optional): the runner's work dir; nothing is written
+            when it is None.
+        kind (str): event type, e.g. ``'nan_skip'``, ``'empty_batch'``.
+        **fields: JSON-serialisable details (tensors and numbers are
+            converted; NaN/Inf become strings).
+
+    Returns:
+        dict: the record that was written.
+    """
+    record = dict(time=time.time(), rank=_rank(), kind=kind)
+    record.update(_jsonable(fields))
+    if work_dir:
+        os.makedirs(work_dir, exist_ok=True)
+        line = json.dumps(record, sort_keys=True) + '\n'
+        with open(osp.join(work_dir, EVENTS_FILE), 'a', encoding='utf-8') as f:
+            f.write(line)
+    return record
+
+
+def read_events(work_dir: str, kind: Optional[str] = None) -> list:
+    """Read the records of ``{work_dir}/mmsafe_events.jsonl``."""
+    path = osp.join(work_dir, EVENTS_FILE)
+    if not osp.exists(path):
+        return []
+    with open(path, encoding='utf-8') as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return [r for r in records if kind is None or r.get('kind') == kind]
+
+
+def log(message: str, level: int = logging.INFO) -> None:
+    """Log through MMEngine's current logger with the ``[mmsafe]`` prefix."""
+    from mmengine.logging import print_log
+    print_log(f'[mmsafe] {message}', logger='current', level=level)
+
+
+def update_counters(guard: str, **counts: Any) -> None:
+    """Publish a guard's counters in the message hub as ``mmsafe/<guard>``."""
+    from mmengine.logging import MessageHub
+    hub = MessageHub.get_current_instance()
+    key = INFO_PREFIX + guard
+    current = dict(hub.runtime_info.get(key, {}) or {})
+    current.update(_jsonable(counts))
+    hub.update_info(key, current)
+
+
+def batch_file_names(data_batch: Any, limit: int = 16) -> list:
+    """Image paths (visible and infrared) of a data batch, for log lines."""
+    names = []
+    samples = data_batch.get('data_samples', []) if isinstance(
+        data_batch, dict) else []
+    for sample in samples or []:
+        meta = getattr(sample, 'metainfo', {}) or {}
+        path = meta.get('img_path')
+        ir_path = meta.get('ir_img_path')
+        if path is not None or ir_path is not None:
+            names.append(path if ir_path is None else f'{path} | {ir_path}')
+        if len(names) >= limit:
+            break
+    return names

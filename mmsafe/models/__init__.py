@@ -1,0 +1,1 @@
+"""Paired data preprocessor, dual-stream detector and the MACL head."""
