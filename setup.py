@@ -25,7 +25,7 @@ setup(
         'tensorboard',
     ],
     extras_require={
-        'tests': ['pytest', 'pytest-timeout'],
+        'tests': ['pytest', 'pytest-timeout', 'psutil'],
     },
     zip_safe=False,
 )
