@@ -1,0 +1,249 @@
+"""Dual-stream (visible + infrared) Faster R-CNN with optional MACL."""
+import copy
+import inspect
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from mmengine.model import ModuleList
+from torch import Tensor
+
+from mmdet.models.detectors import TwoStageDetector
+from mmdet.registry import MODELS
+from mmdet.structures import SampleList
+from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
+
+FusionCfg = Union[ConfigType, List[ConfigType]]
+
+
+def _accepts(cfg: dict, arg: str) -> bool:
+    """Whether the registered class of ``cfg`` takes an ``arg`` argument."""
+    cls = cfg['type'] if inspect.isclass(cfg['type']) else MODELS.get(
+        cfg['type'])
+    if cls is None:
+        return False
+    return arg in inspect.signature(cls.__init__).parameters
+
+
+@MODELS.register_module()
+class DualStreamFasterRCNN(TwoStageDetector):
+    """Faster R-CNN on visible + infrared pairs.
+
+    Each modality goes through its own stream (backbone, then neck); the two
+    feature pyramids are fused level by level (one fusion module per level)
+    and the RPN and RoI heads run on the fused pyramid. A ``macl_head``
+    (:class:`MACLHead`) adds ``loss_macl`` between the two streams' features
+    during training.
+
+    Inputs are what :class:`PairedDetDataPreprocessor` returns:
+    ``dict(visible=Tensor[B, 3, H, W], infrared=Tensor[B, 3, H, W])``.
+
+    Args:
+        backbone (dict): Visible backbone config.
+        neck (dict, optional): Neck config of the visible stream.
+        rpn_head (dict, optional): RPN head config.
+        roi_head (dict, optional): RoI head config.
+        train_cfg (dict, optional): Training config (``rpn``,
+            ``rpn_proposal``, ``rcnn``).
+        test_cfg (dict, optional): Testing config (``rpn``, ``rcnn``).
+        ir_backbone (dict, optional): Infrared backbone config; None shares
+            the visible backbone's weights. Defaults to None.
+        ir_neck (dict, optional): Infrared neck config; None shares the
+            visible neck's weights. Defaults to None.
+        fusion (dict | list[dict]): Fusion module config, e.g.
+            ``dict(type='ConcatConvFusion')``, ``dict(type='AddFusion')`` or
+            ``dict(type='WeightedAddFusion')``; a dict is built once per
+            level (``in_channels`` is filled from ``neck.out_channels`` when
+            the module takes it), a list gives one config per level.
+        num_fusion_levels (int, optional): Number of feature levels; defaults
+            to ``neck.num_outs``, or the length of ``backbone.out_indices``
+            without a neck.
+        macl_head (dict, optional): :class:`MACLHead` config; None disables
+            the contrastive loss.
+        data_preprocessor (dict, optional): Normally
+            ``dict(type='PairedDetDataPreprocessor', ...)``.
+        init_cfg (dict, optional): Initialisation config.
+    """
+
+    def __init__(self,
+                 backbone: ConfigType,
+                 neck: OptConfigType = None,
+                 rpn_head: OptConfigType = None,
+                 roi_head: OptConfigType = None,
+                 train_cfg: OptConfigType = None,
+                 test_cfg: OptConfigType = None,
+                 ir_backbone: OptConfigType = None,
+                 ir_neck: OptConfigType = None,
+                 fusion: FusionCfg = dict(type='ConcatConvFusion'),
+                 num_fusion_levels: Optional[int] = None,
+                 macl_head: OptConfigType = None,
+                 data_preprocessor: OptConfigType = None,
+                 init_cfg: OptMultiConfig = None) -> None:
+        super().__init__(
+            backbone=backbone,
+            neck=neck,
+            rpn_head=rpn_head,
+            roi_head=roi_head,
+            train_cfg=train_cfg,
+            test_cfg=test_cfg,
+            data_preprocessor=data_preprocessor,
+            init_cfg=init_cfg)
+        self.ir_backbone = (MODELS.build(ir_backbone)
+                            if ir_backbone is not None else None)
+        if ir_neck is not None and neck is None:
+            raise ValueError('DualStreamFasterRCNN: ir_neck is set but neck '
+                             'is None')
+        self.ir_neck = MODELS.build(ir_neck) if ir_neck is not None else None
+        self.fusions = self._build_fusions(fusion, num_fusion_levels,
+                                           backbone, neck)
+        self.macl_head = None
+        if macl_head is not None:
+            out_channels = neck.get('out_channels') if neck else None
+            in_dim = macl_head.get('in_dim', 256)
+            if isinstance(out_channels, int) and in_dim != out_channels:
+                raise ValueError(
+                    f'macl_head.in_dim={in_dim} does not match the '
+                    f'{out_channels}-channel features of '
+                    f'neck.out_channels={out_channels}: set macl_head.in_dim='
+                    f'{out_channels}.')
+            self.macl_head = MODELS.build(macl_head)
+
+    @staticmethod
+    def _build_fusions(fusion: FusionCfg, num_levels: Optional[int],
+                       backbone: ConfigType,
+                       neck: OptConfigType) -> ModuleList:
+        if isinstance(fusion, (list, tuple)):
+            cfgs = [copy.deepcopy(dict(f)) for f in fusion]
+            if num_levels is not None and num_levels != len(cfgs):
+                raise ValueError(
+                    f'num_fusion_levels={num_levels} but {len(cfgs)} fusion '
+                    'configs were given')
+        else:
+            if num_levels is None:
+                if neck is not None and 'num_outs' in neck:
+                    num_levels = neck['num_outs']
+                elif neck is None and 'out_indices' in backbone:
+                    num_levels = len(backbone['out_indices'])
+                else:
+                    raise ValueError(
+                        'DualStreamFasterRCNN cannot infer the number of '
+                        'feature levels to fuse: set num_fusion_levels or '
+                        'give a list of fusion configs.')
+            cfgs = [copy.deepcopy(dict(fusion)) for _ in range(num_levels)]
+        channels = neck.get('out_channels') if neck is not None else None
+        for cfg in cfgs:
+            if ('in_channels' not in cfg and isinstance(channels, int)
+                    and _accepts(cfg, 'in_channels')):
+                cfg['in_channels'] = channels
+        # mmengine's ModuleList, so that init_weights reaches the modules.
+        return ModuleList([MODELS.build(cfg) for cfg in cfgs])
+
+    @property
+    def shares_backbone(self) -> bool:
+        """Whether both modalities use the same backbone weights."""
+        return self.ir_backbone is None
+
+    @property
+    def with_macl(self) -> bool:
+        """Whether the detector has a MACL head."""
+        return self.macl_head is not None
+
+    @staticmethod
+    def _split_inputs(batch_inputs: Dict[str, Tensor]) -> Tuple[Tensor,
+                                                                Tensor]:
+        if not isinstance(batch_inputs, dict) or not {
+                'visible', 'infrared'} <= set(batch_inputs):
+            got = (sorted(batch_inputs) if isinstance(batch_inputs, dict)
+                   else type(batch_inputs).__name__)
+            raise TypeError(
+                'DualStreamFasterRCNN expects inputs=dict(visible=Tensor, '
+                f'infrared=Tensor) (PairedDetDataPreprocessor), got {got}')
+        return batch_inputs['visible'], batch_inputs['infrared']
+
+    def extract_paired_feat(
+            self, batch_inputs: Dict[str, Tensor]
+    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
+        """Per-modality feature pyramids (before fusion).
+
+        Args:
+            batch_inputs (dict): ``visible`` and ``infrared`` image batches.
+
+        Returns:
+            tuple: visible features and infrared features, each a tuple of
+            ``[B, C, H, W]`` tensors, one per level.
+        """
+        vis, ir = self._split_inputs(batch_inputs)
+        vis_feats = self.backbone(vis)
+        ir_backbone = self.backbone if self.shares_backbone else \
+            self.ir_backbone
+        ir_feats = ir_backbone(ir)
+        if self.with_neck:
+            ir_neck = self.neck if self.ir_neck is None else self.ir_neck
+            vis_feats = self.neck(vis_feats)
+            ir_feats = ir_neck(ir_feats)
+        return tuple(vis_feats), tuple(ir_feats)
+
+    def fuse(self, vis_feats: Tuple[Tensor, ...],
+             ir_feats: Tuple[Tensor, ...]) -> Tuple[Tensor, ...]:
+        """Fuse the two pyramids level by level."""
+        if not len(vis_feats) == len(ir_feats) == len(self.fusions):
+            raise ValueError(
+                f'DualStreamFasterRCNN has {len(self.fusions)} fusion modules '
+                f'but got {len(vis_feats)} visible and {len(ir_feats)} '
+                'infrared feature levels; set num_fusion_levels to match.')
+        return tuple(
+            fusion(v, r)
+            for fusion, v, r in zip(self.fusions, vis_feats, ir_feats))
+
+    def extract_feat(self, batch_inputs: Dict[str, Tensor]) -> Tuple[Tensor]:
+        """Fused multi-level features of a paired batch (used by
+        ``predict`` and ``_forward``)."""
+        return self.fuse(*self.extract_paired_feat(batch_inputs))
+
+    def loss(self, batch_inputs: Dict[str, Tensor],
+             batch_data_samples: SampleList) -> dict:
+        """RPN and RoI losses on the fused features, plus ``loss_macl``.
+
+        Args:
+            batch_inputs (dict): ``visible`` and ``infrared`` batches.
+            batch_data_samples (list[DetDataSample]): Annotations and
+                metainfo.
+
+        Returns:
+            dict: ``loss_rpn_cls``, ``loss_rpn_bbox``, ``loss_cls``,
+            ``loss_bbox``, ``acc`` and, with a MACL head, ``loss_macl`` and
+            ``macl_temperature``.
+        """
+        vis_feats, ir_feats = self.extract_paired_feat(batch_inputs)
+        x = self.fuse(vis_feats, ir_feats)
+        losses = self._head_losses(x, batch_data_samples)
+        if self.with_macl:
+            losses.update(
+                self.macl_head.loss(vis_feats, ir_feats, batch_data_samples))
+        return losses
+
+    def _head_losses(self, x: Tuple[Tensor], batch_data_samples: SampleList
+                     ) -> dict:
+        """The losses of :meth:`TwoStageDetector.loss`, from features."""
+        losses = dict()
+        if self.with_rpn:
+            proposal_cfg = self.train_cfg.get('rpn_proposal',
+                                              self.test_cfg.rpn)
+            rpn_data_samples = copy.deepcopy(batch_data_samples)
+            # The RPN is class-agnostic: every box is label 0 for it.
+            for data_sample in rpn_data_samples:
+                data_sample.gt_instances.labels = torch.zeros_like(
+                    data_sample.gt_instances.labels)
+            rpn_losses, rpn_results_list = self.rpn_head.loss_and_predict(
+                x, rpn_data_samples, proposal_cfg=proposal_cfg)
+            for key in list(rpn_losses):
+                if 'loss' in key and 'rpn' not in key:
+                    rpn_losses[f'rpn_{key}'] = rpn_losses.pop(key)
+            losses.update(rpn_losses)
+        else:
+            assert batch_data_samples[0].get('proposals', None) is not None
+            rpn_results_list = [
+                data_sample.proposals for data_sample in batch_data_samples
+            ]
+        losses.update(
+            self.roi_head.loss(x, rpn_results_list, batch_data_samples))
+        return losses

@@ -1,0 +1,271 @@
+"""MACL: modality-aligned contrastive loss between visible and infrared."""
+import logging
+import math
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as torch_dist
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.dist import get_rank, get_world_size
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from mmdet.registry import MODELS
+from mmdet.utils import OptMultiConfig
+
+from mmsafe.events import log, update_counters
+
+
+def gather_with_local_grad(x: Tensor) -> Tuple[Tensor, int, int]:
+    """All-gather ``x`` (rows may differ in number between ranks).
+
+    The rows of this rank stay the original tensor, so gradients flow into
+    the local part; the other ranks' rows are constants. Every rank must
+    call this, whatever its number of rows (even 0).
+
+    Returns:
+        tuple: the rows of all ranks in rank order, the offset of this
+        rank's rows in them, and the total number of rows.
+    """
+    world_size = get_world_size()
+    if world_size == 1:
+        return x, 0, x.shape[0]
+    rank = get_rank()
+    num = torch.tensor([x.shape[0]], device=x.device, dtype=torch.long)
+    sizes = [torch.zeros_like(num) for _ in range(world_size)]
+    torch_dist.all_gather(sizes, num)
+    sizes = [int(s.item()) for s in sizes]
+    padded = x.new_zeros((max(sizes), *x.shape[1:]))
+    padded[:x.shape[0]] = x.detach()
+    buffers = [torch.zeros_like(padded) for _ in range(world_size)]
+    torch_dist.all_gather(buffers, padded)
+    parts = [buf[:size] for buf, size in zip(buffers, sizes)]
+    parts[rank] = x
+    return torch.cat(parts), sum(sizes[:rank]), sum(sizes)
+
+
+@MODELS.register_module()
+class MACLHead(BaseModule):
+    """Cross-modal InfoNCE between the visible and infrared images of pairs.
+
+    Each modality's feature map at ``feature_level`` is globally pooled,
+    projected (``Linear -> LayerNorm -> ReLU -> Linear``; no BatchNorm, so a
+    batch of one works) and L2-normalised. For pair ``i`` the positive of
+    its visible embedding is its own infrared embedding; the infrared
+    embeddings of the other pairs are the negatives (and symmetrically from
+    infrared to visible). The loss is
+    ``loss_weight * (CE(v @ r.T / t) + CE(r @ v.T / t)) / 2`` with a
+    learnable temperature ``t = exp(log_temperature)`` clamped to
+    ``[min_temperature, max_temperature]``. At chance level it equals
+    ``ln(B)``, ``B`` being the number of candidates each query is compared
+    with (:attr:`last_num_pairs`).
+
+    With fewer than two candidates (fewer than 2 pairs on this rank, or in
+    all ranks together with ``gather_negatives``) there is nothing to
+    contrast: ``loss_macl`` is then a zero connected to every parameter of
+    the head (so DDP gets a gradient for each of them), the event is counted
+    in the message hub under ``mmsafe/macl`` (``small_batches``) and logged
+    once. The key is always present and nothing is ever swallowed: a
+    configuration error (``in_dim`` or ``feature_level`` that do not match
+    the features) raises at the first iteration.
+
+    Args:
+        in_dim (int): Channels of the feature level used; checked against
+            the real features.
+        proj_dim (int): Embedding size. Defaults to 128.
+        hidden_dim (int, optional): Hidden size of the projector. Defaults
+            to ``in_dim``.
+        feature_level (int): Index of the level in the per-modality feature
+            tuple (FPN outputs, or backbone outputs without a neck);
+            negative indices count from the end. Defaults to -1.
+        pooling (str): ``'avg'`` or ``'max'`` global pooling.
+        norm (str, optional): ``'LN'`` (LayerNorm) or None in the projector.
+        shared_projector (bool): One projector for both modalities instead
+            of one each. Defaults to False.
+        init_temperature (float): Initial temperature. Defaults to 0.1.
+        min_temperature (float): Lower clamp. Defaults to 0.01.
+        max_temperature (float): Upper clamp. Defaults to 1.0.
+        learnable_temperature (bool): Learn the temperature. Defaults to
+            True.
+        gather_negatives (bool): All-gather embeddings from all ranks so
+            that the other ranks' pairs are negatives too (gradients flow
+            through the local part). Defaults to False.
+        loss_weight (float): Weight of the loss. Defaults to 0.1.
+        init_cfg (dict, optional): Initialisation config.
+    """
+
+    def __init__(self,
+                 in_dim: int = 256,
+                 proj_dim: int = 128,
+                 hidden_dim: Optional[int] = None,
+                 feature_level: int = -1,
+                 pooling: str = 'avg',
+                 norm: Optional[str] = 'LN',
+                 shared_projector: bool = False,
+                 init_temperature: float = 0.1,
+                 min_temperature: float = 0.01,
+                 max_temperature: float = 1.0,
+                 learnable_temperature: bool = True,
+                 gather_negatives: bool = False,
+                 loss_weight: float = 0.1,
+                 init_cfg: OptMultiConfig = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if pooling not in ('avg', 'max'):
+            raise ValueError(f"MACLHead.pooling must be 'avg' or 'max', got "
+                             f'{pooling!r}')
+        if norm not in ('LN', None):
+            raise ValueError("MACLHead.norm must be 'LN' or None (BatchNorm "
+                             f'breaks at batch size 1), got {norm!r}')
+        if not 0 < min_temperature <= init_temperature <= max_temperature:
+            raise ValueError(
+                'MACLHead needs 0 < min_temperature <= init_temperature <= '
+                f'max_temperature, got {min_temperature}, '
+                f'{init_temperature}, {max_temperature}')
+        self.in_dim = in_dim
+        self.proj_dim = proj_dim
+        self.hidden_dim = hidden_dim or in_dim
+        self.feature_level = feature_level
+        self.pooling = pooling
+        self.min_temperature = min_temperature
+        self.max_temperature = max_temperature
+        self.gather_negatives = gather_negatives
+        self.loss_weight = loss_weight
+
+        self.vis_projector = self._make_projector(norm)
+        self.ir_projector = (self.vis_projector if shared_projector else
+                             self._make_projector(norm))
+        log_t = torch.tensor(math.log(init_temperature))
+        if learnable_temperature:
+            self.log_temperature = nn.Parameter(log_t)
+        else:
+            self.register_buffer('log_temperature', log_t)
+
+        #: Number of candidates per query in the latest contrast (chance
+        #: level of the loss is ln of it); 0 before the first call.
+        self.last_num_pairs = 0
+        #: Unweighted loss of the latest contrast (detached; None before
+        #: the first call or after a batch with nothing to contrast).
+        self.last_unweighted_loss: Optional[Tensor] = None
+        self.num_calls = 0
+        self.num_small_batches = 0
+
+    def _make_projector(self, norm: Optional[str]) -> nn.Module:
+        layers = [nn.Linear(self.in_dim, self.hidden_dim)]
+        if norm == 'LN':
+            layers.append(nn.LayerNorm(self.hidden_dim))
+        layers += [nn.ReLU(inplace=True),
+                   nn.Linear(self.hidden_dim, self.proj_dim)]
+        return nn.Sequential(*layers)
+
+    @property
+    def temperature(self) -> Tensor:
+        """The clamped temperature."""
+        return self.log_temperature.exp().clamp(self.min_temperature,
+                                                self.max_temperature)
+
+    def _select(self, feats: Sequence[Tensor], name: str) -> Tensor:
+        if isinstance(feats, Tensor):
+            feats = (feats, )
+        num_levels = len(feats)
+        if not -num_levels <= self.feature_level < num_levels:
+            raise IndexError(
+                f'MACLHead.feature_level={self.feature_level} is out of range '
+                f'for the {num_levels} {name} feature levels')
+        feat = feats[self.feature_level]
+        if feat.dim() != 4:
+            raise ValueError(f'MACLHead expects {name} feature maps of shape '
+                             f'[B, C, H, W], got {tuple(feat.shape)}')
+        if feat.shape[1] != self.in_dim:
+            raise ValueError(
+                f'MACLHead.in_dim={self.in_dim} does not match the {name} '
+                f'features at feature_level={self.feature_level}, which have '
+                f'{feat.shape[1]} channels: set macl_head.in_dim='
+                f'{feat.shape[1]} (or pick another feature_level).')
+        return feat
+
+    def _embed(self, feat: Tensor, projector: nn.Module) -> Tensor:
+        if self.pooling == 'avg':
+            pooled = F.adaptive_avg_pool2d(feat, 1)
+        else:
+            pooled = F.adaptive_max_pool2d(feat, 1)
+        return F.normalize(projector(pooled.flatten(1)), dim=1)
+
+    def _connected_zero(self, *tensors: Tensor) -> Tensor:
+        """A zero that depends on every parameter of the head (and the
+        features), so backward reaches all of them on every rank."""
+        zero = sum(p.sum() for p in self.parameters() if p.requires_grad)
+        for t in tensors:
+            zero = zero + t.sum()
+        return zero * 0.
+
+    def loss(self,
+             vis_feats: Sequence[Tensor],
+             ir_feats: Sequence[Tensor],
+             batch_data_samples: Optional[Sequence] = None
+             ) -> Dict[str, Tensor]:
+        """Compute ``loss_macl``.
+
+        Args:
+            vis_feats (tuple[Tensor]): Per-level visible features
+                ``[B, C, H, W]``.
+            ir_feats (tuple[Tensor]): Per-level infrared features, same
+                shapes.
+            batch_data_samples (list, optional): Only used to name the files
+                in log lines.
+
+        Returns:
+            dict: ``loss_macl`` (always present) and ``macl_temperature``
+            (for logging; it does not enter the total loss).
+        """
+        vis = self._select(vis_feats, 'visible')
+        ir = self._select(ir_feats, 'infrared')
+        if vis.shape[0] != ir.shape[0]:
+            raise ValueError(f'MACLHead got {vis.shape[0]} visible and '
+                             f'{ir.shape[0]} infrared feature maps')
+        num_local = vis.shape[0]
+        vis_emb = self._embed(vis, self.vis_projector)
+        ir_emb = self._embed(ir, self.ir_projector)
+
+        offset, num_keys = 0, num_local
+        vis_keys, ir_keys = vis_emb, ir_emb
+        if self.gather_negatives:
+            # Always called, whatever num_local: every rank must join.
+            joint, offset, num_keys = gather_with_local_grad(
+                torch.cat([vis_emb, ir_emb], dim=1))
+            vis_keys, ir_keys = joint.split(self.proj_dim, dim=1)
+
+        self.num_calls += 1
+        self.last_num_pairs = num_keys
+        temperature = self.temperature
+        if num_local < 1 or num_keys < 2:
+            loss = self._connected_zero(vis, ir, vis_emb, ir_emb)
+            self.last_unweighted_loss = None
+            self.num_small_batches += 1
+            if self.num_small_batches == 1:
+                names = []
+                for sample in batch_data_samples or []:
+                    names.append(sample.metainfo.get('img_path'))
+                log(f'MACL got {num_keys} pair(s) to contrast on rank '
+                    f'{get_rank()} (files: {names}); loss_macl is a '
+                    'connected zero for such batches (counted under '
+                    'mmsafe/macl.small_batches, logged once). Avoid it with '
+                    'train_dataloader.batch_size>=2 and drop_last=True, or '
+                    'macl_head.gather_negatives=True under DDP.',
+                    logging.WARNING)
+        else:
+            labels = torch.arange(
+                num_local, device=vis_emb.device) + offset
+            logits_v2i = vis_emb @ ir_keys.t() / temperature
+            logits_i2v = ir_emb @ vis_keys.t() / temperature
+            loss = 0.5 * (F.cross_entropy(logits_v2i, labels) +
+                          F.cross_entropy(logits_i2v, labels))
+            self.last_unweighted_loss = loss.detach()
+            loss = self.loss_weight * loss
+        update_counters(
+            'macl',
+            calls=self.num_calls,
+            small_batches=self.num_small_batches,
+            last_num_pairs=self.last_num_pairs)
+        return dict(loss_macl=loss,
+                    macl_temperature=temperature.detach())

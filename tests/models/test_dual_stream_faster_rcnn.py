@@ -1,0 +1,192 @@
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.structures import InstanceData
+
+from mmdet.registry import MODELS
+from mmdet.structures import DetDataSample
+from mmdet.structures.bbox import HorizontalBoxes
+
+import mmsafe  # noqa: F401
+from tests.utils import REPO_ROOT
+
+TINY = osp.join(REPO_ROOT, 'configs', '_base_', 'models',
+                'dual_faster_rcnn_r18w16_fpn_tiny.py')
+MMDET_KEYS = {'loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls', 'loss_bbox', 'acc'}
+
+
+def _build(**overrides):
+    cfg = Config.fromfile(TINY).model
+    for key, value in overrides.items():
+        cfg[key] = value
+    torch.manual_seed(0)
+    model = MODELS.build(cfg)
+    model.init_weights()
+    return model
+
+
+def _data(boxes_per_image, size=(64, 96)):
+    """A paired batch as pseudo_collate gives it: uint8 images and samples
+    with boxes (an empty list: no GT)."""
+    h, w = size
+    g = torch.Generator().manual_seed(3)
+    vis, ir, samples = [], [], []
+    for i, boxes in enumerate(boxes_per_image):
+        vis.append(torch.randint(0, 256, (3, h, w), generator=g,
+                                 dtype=torch.uint8))
+        ir.append(torch.randint(0, 256, (3, h, w), generator=g,
+                                dtype=torch.uint8))
+        sample = DetDataSample(metainfo=dict(
+            img_id=str(i), img_path=f'visible/{i}.jpg',
+            ir_img_path=f'infrared/{i}.jpg', ori_shape=(h, w),
+            img_shape=(h, w), scale_factor=(1., 1.), flip=False,
+            flip_direction=None))
+        b = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)
+        sample.gt_instances = InstanceData(
+            bboxes=HorizontalBoxes(b),
+            labels=torch.zeros(len(b), dtype=torch.long))
+        sample.ignored_instances = InstanceData(
+            bboxes=HorizontalBoxes(torch.zeros((0, 4))),
+            labels=torch.zeros((0, ), dtype=torch.long))
+        samples.append(sample)
+    return dict(inputs=dict(visible=vis, infrared=ir), data_samples=samples)
+
+
+def _loss(model, data):
+    data = model.data_preprocessor(data, training=True)
+    return model(**data, mode='loss')
+
+
+def _backward_and_check_grads(model, losses):
+    loss, _ = model.parse_losses(losses)
+    assert torch.isfinite(loss)
+    loss.backward()
+    missing = [n for n, p in model.named_parameters()
+               if p.requires_grad and p.grad is None]
+    # Every trainable parameter is in the graph (DDP without
+    # find_unused_parameters relies on it).
+    assert not missing, missing
+
+
+def test_loss_keys_with_gt():
+    model = _build()
+    model.train()
+    losses = _loss(model, _data([[[10, 8, 20, 40]], [[40, 5, 60, 50],
+                                                    [5, 5, 15, 30]]]))
+    assert MMDET_KEYS | {'loss_macl'} <= set(losses)
+    assert losses['loss_macl'].item() > 0
+    assert model.macl_head.last_num_pairs == 2
+    # 'loss' must not be summed twice by parse_losses: no aggregate key.
+    assert not any(k.startswith('loss_total') for k in losses)
+    _backward_and_check_grads(model, losses)
+
+
+def test_loss_keys_with_no_gt_in_the_whole_batch():
+    model = _build()
+    model.train()
+    losses = _loss(model, _data([[], [], []]))
+    assert MMDET_KEYS | {'loss_macl'} <= set(losses)
+    for key in ('loss_bbox', 'loss_rpn_bbox'):
+        value = losses[key]
+        value = sum(value) if isinstance(value, list) else value
+        assert value.item() == 0
+    _backward_and_check_grads(model, losses)
+
+
+def test_no_macl_head_no_macl_key():
+    model = _build(macl_head=None)
+    model.train()
+    losses = _loss(model, _data([[[10, 8, 20, 40]], []]))
+    assert 'loss_macl' not in losses and MMDET_KEYS <= set(losses)
+
+
+def test_batch_of_one_keeps_loss_macl_connected():
+    model = _build()
+    model.train()
+    losses = _loss(model, _data([[[10, 8, 20, 40]]]))
+    assert losses['loss_macl'].item() == 0
+    _backward_and_check_grads(model, losses)
+    for name, p in model.macl_head.named_parameters():
+        assert p.grad is not None, name
+
+
+def test_predict_on_pairs():
+    model = _build()
+    model.eval()
+    data = _data([[[10, 8, 20, 40]], []], size=(50, 70))
+    with torch.no_grad():
+        data = model.data_preprocessor(data, training=False)
+        assert data['inputs']['visible'].shape == (2, 3, 64, 96)
+        results = model(**data, mode='predict')
+    assert len(results) == 2
+    for result in results:
+        pred = result.pred_instances
+        assert pred.bboxes.shape[1] == 4
+        assert len(pred.bboxes) == len(pred.scores) == len(pred.labels)
+        if len(pred.bboxes):
+            # rescaled to the original image
+            assert pred.bboxes[:, 2].max() <= 70 + 1e-3
+    with torch.no_grad():
+        feats = model(**data, mode='tensor')
+    assert isinstance(feats, tuple)
+
+
+def test_shared_vs_separate_backbone_weights():
+    separate = _build()
+    assert not separate.shares_backbone
+    shared = _build(ir_backbone=None, ir_neck=None)
+    assert shared.shares_backbone and shared.ir_neck is None
+    n_sep = sum(p.numel() for p in separate.parameters())
+    n_shared = sum(p.numel() for p in shared.parameters())
+    n_backbone = sum(p.numel() for p in separate.ir_backbone.parameters())
+    n_neck = sum(p.numel() for p in separate.ir_neck.parameters())
+    assert n_sep - n_shared == n_backbone + n_neck
+
+    # Shared: identical visible and infrared inputs give identical stream
+    # features; separate weights give different ones.
+    img = torch.randn(1, 3, 64, 64)
+    for model, same in ((shared, True), (separate, False)):
+        model.eval()
+        with torch.no_grad():
+            vis, ir = model.extract_paired_feat(
+                dict(visible=img, infrared=img))
+        assert torch.equal(vis[0], ir[0]) is same
+
+    # Shared backbone: the infrared path sends gradient into the (single)
+    # backbone too.
+    shared.train()
+    shared.zero_grad()
+    vis, ir = shared.extract_paired_feat(
+        dict(visible=torch.zeros(2, 3, 64, 64), infrared=img.repeat(2, 1, 1,
+                                                                    1)))
+    ir[0].sum().backward()
+    assert shared.backbone.conv1.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize('fusion', [
+    dict(type='ConcatConvFusion'),
+    dict(type='AddFusion'),
+    dict(type='WeightedAddFusion'),
+])
+def test_fusion_modules(fusion):
+    model = _build(fusion=fusion)
+    assert len(model.fusions) == 3
+    model.train()
+    losses = _loss(model, _data([[[10, 8, 20, 40]], []]))
+    _backward_and_check_grads(model, losses)
+
+
+def test_config_errors_are_clear():
+    with pytest.raises(ValueError, match=r'in_dim=1024.*64'):
+        _build(macl_head=dict(type='MACLHead', in_dim=1024))
+    model = _build()
+    with pytest.raises(TypeError, match='visible'):
+        model.extract_feat(torch.zeros(1, 3, 32, 32))
+
+
+def test_concat_conv_fusion_starts_as_mean():
+    model = _build()
+    v, r = torch.randn(2, 64, 4, 4), torch.randn(2, 64, 4, 4)
+    torch.testing.assert_close(model.fusions[0](v, r), (v + r) / 2)
