@@ -1,0 +1,106 @@
+"""The package installs, imports, registers and explains itself."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.utils import REPO_ROOT
+
+
+def test_import_registers_into_mmdet_registries():
+    import mmsafe
+    from mmsafe.registry_help import mmsafe_registered_names
+    assert isinstance(mmsafe.__version__, str) and mmsafe.__version__
+    names = mmsafe_registered_names()
+    assert names, 'importing mmsafe registered nothing into mmdet.registry'
+    for registry_name, group in names.items():
+        assert group, registry_name
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
+                          cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=240)
+
+
+@pytest.mark.parametrize('missing', ['mmdet', 'mmcv', 'mmengine'])
+def test_missing_dependency_names_package_and_setup_command(missing):
+    # sys.modules[name] = None makes find_spec/import behave as if absent.
+    proc = _run_python(f"""
+        import sys
+        sys.modules[{missing!r}] = None
+        import mmsafe
+    """)
+    assert proc.returncode != 0
+    assert 'ImportError' in proc.stderr
+    assert f'{missing} is not installed' in proc.stderr
+    assert 'tools/setup_env.sh' in proc.stderr
+    assert 'KeyError' not in proc.stderr
+
+
+def test_custom_imports_failure_surfaces_at_config_load(tmp_path):
+    cfg = tmp_path / 'cfg.py'
+    cfg.write_text("custom_imports = dict(imports=['mmsafe'], "
+                   "allow_failed_imports=False)\n")
+    proc = _run_python(f"""
+        import sys
+        sys.modules['mmdet'] = None
+        from mmengine.config import Config
+        Config.fromfile({str(cfg)!r})
+    """)
+    assert proc.returncode != 0
+    assert 'mmdet is not installed' in proc.stderr
+
+
+def test_custom_imports_registers_for_default_scope_mmdet(tmp_path):
+    cfg = tmp_path / 'cfg.py'
+    cfg.write_text(textwrap.dedent("""
+        default_scope = 'mmdet'
+        custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
+    """))
+    proc = _run_python(f"""
+        from mmengine.config import Config
+        from mmengine.registry import init_default_scope
+        cfg = Config.fromfile({str(cfg)!r})
+        init_default_scope(cfg.default_scope)
+        import sys
+        assert 'mmsafe' in sys.modules
+        from mmsafe.registry_help import mmsafe_registered_names
+        print(sum(len(v) for v in mmsafe_registered_names().values()))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip().splitlines()[-1]) > 0
+
+
+def test_unknown_type_lists_mmsafe_names_and_close_match():
+    import mmsafe  # noqa: F401
+    from mmengine.registry import DefaultScope
+    from mmsafe.registry_help import mmsafe_registered_names
+    from mmdet.registry import MODELS
+    model_names = mmsafe_registered_names().get('model')
+    assert model_names, 'mmsafe registers no model'
+    real = max(model_names, key=len)
+    typo = real[:-1]
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        with pytest.raises(KeyError) as err:
+            MODELS.build(dict(type=typo))
+    message = str(err.value)
+    assert f'{typo} is not in the' in message  # MMEngine's own text kept
+    assert f'Did you mean: {real}' in message or real in message.split(
+        'Did you mean:')[1]
+    assert 'mmsafe registers in the model registry' in message
+    for name in model_names:
+        assert name in message
+
+
+def test_nested_unknown_type_is_explained_once():
+    import mmsafe  # noqa: F401
+    from mmengine.registry import DefaultScope
+    from mmdet.registry import MODELS
+    cfg = dict(type='FasterRCNN', backbone=dict(type='NoSuchBackbone'),
+               rpn_head=None, roi_head=None, train_cfg=None, test_cfg=None)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        with pytest.raises(KeyError) as err:
+            MODELS.build(cfg)
+    assert str(err.value).count('mmsafe registers in') == 1
