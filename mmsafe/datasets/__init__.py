@@ -1,1 +1,5 @@
 """Paired (visible + infrared) datasets, dataset wrappers and transforms."""
+from .llvip import LLVIPDataset  # noqa: F401,E402
+from .paired_dataset import PairedModalityDataset  # noqa: F401,E402
+from .synthetic_llvip import ensure_synthetic_llvip  # noqa: F401,E402
+from . import transforms  # noqa: F401,E402

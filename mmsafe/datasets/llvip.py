@@ -1,0 +1,266 @@
+"""LLVIP: visible + infrared pedestrian pairs with VOC xml annotations."""
+import logging
+import os.path as osp
+import xml.etree.ElementTree as ET
+from typing import Dict, List, Optional, Sequence
+
+import mmcv
+from mmengine.fileio import (exists, get, get_local_path, list_dir_or_file,
+                             list_from_file)
+
+from mmdet.datasets import BaseDetDataset
+from mmdet.registry import DATASETS
+from mmsafe.events import log
+from .pairing import (MissingPair, check_missing_pair_policy,
+                      handle_missing_pairs)
+from .synthetic_llvip import ensure_synthetic_llvip
+
+DEFAULT_PREFIX = dict(
+    img='visible/train/', ir_img='infrared/train/', ann='Annotations/')
+
+
+def _default_ir_prefix(img_prefix: str) -> Optional[str]:
+    """``visible/test/`` -> ``infrared/test/`` (LLVIP's layout)."""
+    parts = img_prefix.replace('\\', '/').split('/')
+    if 'visible' not in parts:
+        return None
+    return '/'.join('infrared' if p == 'visible' else p for p in parts)
+
+
+@DATASETS.register_module()
+class LLVIPDataset(BaseDetDataset):
+    """LLVIP (visible + infrared) in its released layout::
+
+        data_root/
+          Annotations/{stem}.xml             VOC xml, shared by both splits
+          visible/{train,test}/{stem}.jpg
+          infrared/{train,test}/{stem}.jpg   same stem as the visible image
+
+    Every data info carries ``img_path`` (visible) and ``ir_img_path``
+    (infrared), ``img_id``, ``height``, ``width`` and ``instances`` (``bbox``
+    xyxy, ``bbox_label``, ``ignore_flag``; VOC ``difficult`` -> ignored).
+    A sample whose partner is missing is an error at build time (the count
+    and the first files are named) unless ``on_missing_pair='skip'``, which
+    drops it and logs how many were dropped.
+
+    Args:
+        ann_file (str): optional ImageSets file, one stem (or file name) per
+            line. Empty: every image in ``data_prefix['img']``.
+        data_prefix (dict): folders relative to ``data_root``: ``img``
+            (visible), ``ir_img`` (infrared; derived from ``img`` by
+            replacing the folder ``visible`` with ``infrared`` when left
+            out) and ``ann``. Defaults to the train split.
+        return_modality_pair (bool): attach the infrared partner. ``False``
+            loads visible images only and says so in the log. Defaults to
+            True.
+        on_missing_pair (str): ``'error'`` (default) or ``'skip'``.
+        img_suffix (str): suffix appended to stems read from ``ann_file``.
+            Defaults to ``'.jpg'``.
+        img_suffixes (Sequence[str]): image files picked up in folder mode.
+        bbox_minus_one (bool): subtract 1 from VOC's 1-based coordinates, as
+            MMDetection's VOC datasets do. Defaults to True.
+        synthetic (dict, optional): create a deterministic synthetic
+            LLVIP-like tree at ``data_root`` on first use, e.g.
+            ``dict(num_train=300, num_test=100, img_size=(160, 128),
+            seed=0)``; see :func:`ensure_synthetic_llvip`. For demos and
+            tests; leave it out for real LLVIP.
+        **kwargs: :class:`mmdet.datasets.BaseDetDataset` arguments
+            (``data_root``, ``filter_cfg``, ``pipeline``, ``test_mode``,
+            ``serialize_data``, ...).
+    """
+
+    METAINFO = dict(classes=('person', ), palette=[(220, 20, 60)])
+
+    def __init__(self,
+                 *args,
+                 data_prefix: Optional[Dict[str, str]] = None,
+                 return_modality_pair: bool = True,
+                 on_missing_pair: str = 'error',
+                 img_suffix: str = '.jpg',
+                 img_suffixes: Sequence[str] = ('.jpg', '.jpeg', '.png',
+                                                '.bmp'),
+                 bbox_minus_one: bool = True,
+                 synthetic: Optional[dict] = None,
+                 **kwargs) -> None:
+        prefix = dict(data_prefix or {})
+        prefix.setdefault('img', DEFAULT_PREFIX['img'])
+        prefix.setdefault('ann', DEFAULT_PREFIX['ann'])
+        if 'ir_img' not in prefix:
+            derived = _default_ir_prefix(prefix['img'])
+            if derived is None and return_modality_pair:
+                raise ValueError(
+                    "LLVIPDataset: data_prefix needs 'ir_img' (the infrared "
+                    f"folder); it cannot be derived from img={prefix['img']!r}"
+                    " because that path has no 'visible' folder.")
+            prefix['ir_img'] = derived or ''
+        self.return_modality_pair = return_modality_pair
+        self.on_missing_pair = check_missing_pair_policy(on_missing_pair)
+        self.img_suffix = img_suffix
+        self.img_suffixes = tuple(s.lower() for s in img_suffixes)
+        self.bbox_minus_one = bbox_minus_one
+        self.synthetic = synthetic
+        if synthetic is not None:
+            data_root = kwargs.get('data_root')
+            if not data_root:
+                raise ValueError('LLVIPDataset(synthetic=...) needs data_root')
+            ensure_synthetic_llvip(data_root, **synthetic)
+        super().__init__(*args, data_prefix=prefix, **kwargs)
+
+    def _image_names(self) -> List[str]:
+        """File names of the visible images, from ImageSets or the folder."""
+        if self.ann_file:
+            names = []
+            for line in list_from_file(
+                    self.ann_file, backend_args=self.backend_args):
+                line = line.strip()
+                if not line:
+                    continue
+                stem, ext = osp.splitext(line)
+                names.append(line if ext.lower() in self.img_suffixes else
+                             line + self.img_suffix)
+            return names
+        img_dir = self.data_prefix['img']
+        if not exists(img_dir, backend_args=self.backend_args):
+            raise FileNotFoundError(
+                f'LLVIPDataset: visible image folder {img_dir} does not exist '
+                f'(data_root={self.data_root!r}, '
+                f"data_prefix['img']={self.data_prefix['img']!r})")
+        return sorted(
+            list_dir_or_file(
+                img_dir,
+                list_dir=False,
+                suffix=self.img_suffixes + tuple(
+                    s.upper() for s in self.img_suffixes),
+                recursive=False,
+                backend_args=self.backend_args))
+
+    def load_data_list(self) -> List[dict]:
+        """Build one data info per visible image, with its partner."""
+        self.cat2label = {
+            cat: i
+            for i, cat in enumerate(self._metainfo['classes'])
+        }
+        owner = f'LLVIPDataset({self.data_prefix["img"]})'
+        if not self.return_modality_pair:
+            log(f'{owner}: return_modality_pair=False: VISIBLE images only, '
+                'no infrared partner is attached, so paired transforms and '
+                'dual-stream models will refuse these samples. Set '
+                'return_modality_pair=True (the default) for visible + '
+                'infrared.', logging.WARNING)
+        names = self._image_names()
+        missing: List[MissingPair] = []
+        missing_ann: List[str] = []
+        entries = []
+        for name in names:
+            stem = osp.splitext(name)[0]
+            img_path = osp.join(self.data_prefix['img'], name)
+            ir_path = osp.join(self.data_prefix['ir_img'], name)
+            xml_path = osp.join(self.data_prefix['ann'], f'{stem}.xml')
+            # folder mode lists existing visible files; ImageSets may not
+            has_vis = not self.ann_file or exists(
+                img_path, backend_args=self.backend_args)
+            has_ir = (not self.return_modality_pair) or exists(
+                ir_path, backend_args=self.backend_args)
+            if not (has_vis and has_ir):
+                what = ('both images missing' if not (has_vis or has_ir) else
+                        'visible missing' if not has_vis else
+                        'infrared missing')
+                missing.append((img_path, ir_path, what))
+                continue
+            if not exists(xml_path, backend_args=self.backend_args):
+                missing_ann.append(xml_path)
+                continue
+            entries.append((stem, img_path, ir_path, xml_path))
+        if missing_ann:
+            listing = '\n'.join(f'  {p}' for p in missing_ann[:5])
+            raise FileNotFoundError(
+                f'{owner}: {len(missing_ann)} of {len(names)} images have no '
+                f'annotation xml in {self.data_prefix["ann"]}. First:\n'
+                f'{listing}')
+        if not names:
+            raise FileNotFoundError(
+                f'{owner}: no images found (ann_file={self.ann_file!r})')
+
+        data_list = []
+        self._degenerate = 0
+        for stem, img_path, ir_path, xml_path in entries:
+            info = self.parse_data_info(
+                dict(img_id=stem, img_path=img_path, xml_path=xml_path))
+            if self.return_modality_pair:
+                info['ir_img_path'] = ir_path
+            data_list.append(info)
+        if self._degenerate:
+            log(f'{owner}: {self._degenerate} boxes with zero or negative '
+                'width/height are kept as ignored (ignore_flag=1)',
+                logging.WARNING)
+        return data_list
+
+    def parse_data_info(self, raw: dict) -> dict:
+        """Parse one VOC xml into a data info.
+
+        Args:
+            raw (dict): ``img_id``, ``img_path`` and ``xml_path``.
+
+        Returns:
+            dict: the data info (without ``ir_img_path``).
+        """
+        with get_local_path(
+                raw['xml_path'], backend_args=self.backend_args) as local:
+            root = ET.parse(local).getroot()
+        size = root.find('size')
+        if size is not None and size.find('width') is not None:
+            width = int(float(size.find('width').text))
+            height = int(float(size.find('height').text))
+        else:
+            img = mmcv.imfrombytes(
+                get(raw['img_path'], backend_args=self.backend_args))
+            height, width = img.shape[:2]
+        offset = 1 if self.bbox_minus_one else 0
+        instances = []
+        for obj in root.findall('object'):
+            name = obj.find('name').text.strip()
+            if name not in self.cat2label:
+                continue
+            difficult = obj.find('difficult')
+            difficult = 0 if difficult is None else int(difficult.text)
+            box = obj.find('bndbox')
+            bbox = [
+                float(box.find(k).text) - offset
+                for k in ('xmin', 'ymin', 'xmax', 'ymax')
+            ]
+            degenerate = bbox[2] <= bbox[0] or bbox[3] <= bbox[1]
+            self._degenerate = getattr(self, '_degenerate', 0) + degenerate
+            instances.append(
+                dict(
+                    bbox=bbox,
+                    bbox_label=self.cat2label[name],
+                    ignore_flag=int(bool(difficult) or degenerate)))
+        return dict(
+            img_id=raw['img_id'],
+            img_path=raw['img_path'],
+            xml_path=raw['xml_path'],
+            height=height,
+            width=width,
+            instances=instances)
+
+    def filter_data(self) -> List[dict]:
+        """Filter images without annotations or smaller than ``min_size``
+        (``filter_cfg=dict(filter_empty_gt=True, min_size=0)``)."""
+        if self.test_mode or not self.filter_cfg:
+            return self.data_list
+        filter_empty_gt = self.filter_cfg.get('filter_empty_gt', False)
+        min_size = self.filter_cfg.get('min_size', 0)
+        kept = [
+            info for info in self.data_list
+            if not (filter_empty_gt and not any(
+                i['ignore_flag'] == 0 for i in info['instances']))
+            and min(info['width'], info['height']) >= min_size
+        ]
+        if len(kept) < len(self.data_list):
+            log(f'LLVIPDataset: filter_cfg={self.filter_cfg} removed '
+                f'{len(self.data_list) - len(kept)} of {len(self.data_list)} '
+                'images')
+        return kept
+
+
+__all__ = ['LLVIPDataset']

@@ -1,0 +1,60 @@
+"""Pack a visible + infrared sample for the data preprocessor."""
+import numpy as np
+import torch
+from mmcv.transforms import to_tensor
+
+from mmdet.datasets.transforms import PackDetInputs
+from mmdet.registry import TRANSFORMS
+
+PAIRED_META_KEYS = ('img_id', 'img_path', 'ir_img_path', 'ori_shape',
+                    'img_shape', 'scale_factor', 'flip', 'flip_direction')
+
+
+def image_to_tensor(img: np.ndarray) -> torch.Tensor:
+    """H x W (x C) array -> C x H x W tensor (dtype kept), as PackDetInputs."""
+    if img.ndim < 3:
+        img = np.expand_dims(img, -1)
+    if not img.flags.c_contiguous:
+        return to_tensor(np.ascontiguousarray(img.transpose(2, 0, 1)))
+    return to_tensor(img).permute(2, 0, 1).contiguous()
+
+
+@TRANSFORMS.register_module()
+class PackPairedDetInputs(PackDetInputs):
+    """:class:`mmdet.datasets.transforms.PackDetInputs` for pairs.
+
+    Output::
+
+        dict(inputs=dict(visible=Tensor[3, H, W], infrared=Tensor[3, H, W]),
+             data_samples=DetDataSample)
+
+    ``gt_instances`` / ``ignored_instances`` and the meta keys are packed as
+    PackDetInputs does; the default meta keys add ``ir_img_path``. The
+    tensors keep the images' dtype (uint8 from LoadPairedImageFromFile).
+
+    Args:
+        meta_keys (Sequence[str]): meta keys copied into the data sample.
+    """
+
+    def __init__(self, meta_keys=PAIRED_META_KEYS) -> None:
+        super().__init__(meta_keys=meta_keys)
+
+    def transform(self, results: dict) -> dict:
+        """Pack ``img``, ``ir_img``, the annotations and the meta keys."""
+        if 'ir_img' not in results or 'img' not in results:
+            raise KeyError(
+                'PackPairedDetInputs needs both "img" and "ir_img" (sample '
+                f'{results.get("img_path")}); load pairs with '
+                'LoadPairedImageFromFile.')
+        img, ir_img = results['img'], results['ir_img']
+        if img.shape[:2] != ir_img.shape[:2]:
+            raise ValueError(
+                f'PackPairedDetInputs: visible {img.shape[:2]} and infrared '
+                f'{ir_img.shape[:2]} differ in size (sample '
+                f'{results.get("img_path")} | {results.get("ir_img_path")}); '
+                'a geometric transform was applied to one modality only. '
+                'Use the Paired* transforms.')
+        packed = super().transform(results)
+        packed['inputs'] = dict(
+            visible=packed['inputs'], infrared=image_to_tensor(ir_img))
+        return packed

@@ -1,0 +1,192 @@
+"""Geometric transforms that move visible and infrared identically.
+
+How: the wrapped MMDetection / MMCV transform runs once on the visible
+results and once on a copy that holds the infrared image, and the global
+random state (``random`` and ``numpy``) is rewound between the two runs, so
+both runs draw the same random numbers: one random draw drives both
+modalities. The transform is used as it is (no channel stacking, so cv2's
+limits on channel counts and the pillow backend do not matter), and the
+boxes, masks and meta keys come from the visible run.
+
+Identity is checked, not assumed: after the two runs the output sizes, the
+recorded geometry (``homography_matrix``, ``scale_factor``, ``flip``,
+``crop``/``pad`` shapes ...) and the random state they leave behind must be
+equal, else the transform is not pairable (for example its random draws
+depend on pixel values) and an error names it.
+"""
+import copy
+import random
+from typing import Callable, Optional
+
+import numpy as np
+from mmcv.transforms import BaseTransform
+from mmcv.transforms import RandomChoiceResize as MMCV_RandomChoiceResize
+from mmcv.transforms import RandomResize as MMCV_RandomResize
+
+from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
+                                       RandomFlip, Resize)
+from mmdet.registry import TRANSFORMS
+
+#: result keys that describe the geometry; they must agree between the runs
+GEOMETRY_KEYS = ('img_shape', 'scale', 'scale_factor', 'keep_ratio', 'flip',
+                 'flip_direction', 'homography_matrix', 'pad_shape',
+                 'crop_size', 'border')
+_IMAGE_KEYS = ('img', 'ir_img')
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and bool(
+            np.allclose(a, b, rtol=1e-6, atol=1e-6))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _same_rng_state(a, b) -> bool:
+    return a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:]
+
+
+def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
+                 name: str) -> Optional[dict]:
+    """Run a single-image geometric ``transform`` on both modalities with one
+    random draw.
+
+    Args:
+        transform (callable): takes and returns a results dict (or None).
+        results (dict): paired results with ``img`` and ``ir_img``.
+        name (str): the transform's name, for error messages.
+
+    Returns:
+        dict | None: the visible run's results with ``ir_img`` from the
+        infrared run; None when the transform rejects the sample.
+    """
+    if 'ir_img' not in results:
+        raise KeyError(
+            f'{name}: results have no "ir_img" (sample '
+            f'{results.get("img_path")}); load pairs with '
+            'LoadPairedImageFromFile, or use the plain transform for '
+            'single-modality data.')
+    ir_img = results.pop('ir_img')
+    # the infrared run gets its own copy of the annotations: transforms
+    # change boxes in place (flip_, translate_)
+    ir_results = {
+        k: copy.deepcopy(v)
+        for k, v in results.items() if k not in _IMAGE_KEYS
+    }
+    ir_results['img'] = ir_img
+    py_state, np_state = random.getstate(), np.random.get_state()
+    out = transform(results)
+    if out is None:
+        return None
+    py_after, np_after = random.getstate(), np.random.get_state()
+    random.setstate(py_state)
+    np.random.set_state(np_state)
+    ir_out = transform(ir_results)
+    paths = (f'visible={results.get("img_path")} | '
+             f'infrared={results.get("ir_img_path")}')
+    if ir_out is None:
+        raise RuntimeError(f'{name} accepted the visible image but rejected '
+                           f'the infrared one ({paths}); it is not pairable.')
+    if not (random.getstate() == py_after
+            and _same_rng_state(np.random.get_state(), np_after)):
+        raise RuntimeError(
+            f'{name} drew different random numbers for the visible and the '
+            f'infrared image ({paths}): its randomness depends on the image, '
+            'so it cannot be applied identically to both. Use it inside '
+            'ModalityTransform only if it is photometric.')
+    if out['img'].shape[:2] != ir_out['img'].shape[:2]:
+        raise RuntimeError(
+            f'{name} gave different sizes: visible {out["img"].shape[:2]}, '
+            f'infrared {ir_out["img"].shape[:2]} ({paths})')
+    for key in GEOMETRY_KEYS:
+        if key in out or key in ir_out:
+            if not _same(out.get(key), ir_out.get(key)):
+                raise RuntimeError(
+                    f'{name} gave different {key!r} for the two modalities: '
+                    f'visible {out.get(key)}, infrared {ir_out.get(key)} '
+                    f'({paths})')
+    out['ir_img'] = ir_out['img']
+    return out
+
+
+class PairedGeometryMixin:
+    """Mixin that makes a single-image geometric transform paired.
+
+    Put it first in the bases: ``class PairedResize(PairedGeometryMixin,
+    Resize)``.
+    """
+
+    def transform(self, results: dict) -> Optional[dict]:
+        """Apply the transform identically to ``img`` and ``ir_img``."""
+        return apply_paired(super().transform, results,
+                            type(self).__name__)
+
+
+@TRANSFORMS.register_module()
+class PairedGeometric(BaseTransform):
+    """Make any single-image geometric transform paired, e.g.
+    ``dict(type='PairedGeometric', transform=dict(type='RandomAffine'))``.
+
+    Args:
+        transform (dict | callable): the transform (config or object).
+    """
+
+    def __init__(self, transform) -> None:
+        self.transform_cfg = copy.deepcopy(transform)
+        self.inner = TRANSFORMS.build(transform) if isinstance(
+            transform, dict) else transform
+
+    def transform(self, results: dict) -> Optional[dict]:
+        """Apply the inner transform identically to ``img`` and ``ir_img``."""
+        return apply_paired(self.inner, results,
+                            f'PairedGeometric({type(self.inner).__name__})')
+
+    def __repr__(self) -> str:
+        return f'{self.__class__.__name__}({self.inner!r})'
+
+
+@TRANSFORMS.register_module()
+class PairedResize(PairedGeometryMixin, Resize):
+    """:class:`mmdet.datasets.transforms.Resize` for visible + infrared."""
+
+
+@TRANSFORMS.register_module()
+class PairedFixShapeResize(PairedGeometryMixin, FixShapeResize):
+    """:class:`mmdet.datasets.transforms.FixShapeResize`, paired."""
+
+
+@TRANSFORMS.register_module()
+class PairedRandomResize(PairedGeometryMixin, MMCV_RandomResize):
+    """:class:`mmcv.transforms.RandomResize` for visible + infrared (one
+    random scale for both). ``resize_type`` defaults to MMDetection's
+    ``Resize`` (which scales the boxes) whatever the default scope."""
+
+    def __init__(self, *args, resize_type=Resize, **kwargs) -> None:
+        super().__init__(*args, resize_type=resize_type, **kwargs)
+
+
+@TRANSFORMS.register_module()
+class PairedRandomChoiceResize(PairedGeometryMixin, MMCV_RandomChoiceResize):
+    """:class:`mmcv.transforms.RandomChoiceResize`, paired (one choice);
+    ``resize_type`` defaults to MMDetection's ``Resize``."""
+
+    def __init__(self, *args, resize_type=Resize, **kwargs) -> None:
+        super().__init__(*args, resize_type=resize_type, **kwargs)
+
+
+@TRANSFORMS.register_module()
+class PairedRandomFlip(PairedGeometryMixin, RandomFlip):
+    """:class:`mmdet.datasets.transforms.RandomFlip`, one draw for both."""
+
+
+@TRANSFORMS.register_module()
+class PairedRandomCrop(PairedGeometryMixin, RandomCrop):
+    """:class:`mmdet.datasets.transforms.RandomCrop`, one crop for both."""
+
+
+@TRANSFORMS.register_module()
+class PairedPad(PairedGeometryMixin, Pad):
+    """:class:`mmdet.datasets.transforms.Pad` for visible + infrared (both
+    padded to the same shape with ``pad_val``)."""

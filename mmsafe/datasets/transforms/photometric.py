@@ -1,0 +1,84 @@
+"""Photometric transforms applied to one modality at a time."""
+import copy
+from typing import Optional
+
+import numpy as np
+from mmcv.transforms import BaseTransform
+
+from mmdet.registry import TRANSFORMS
+
+MODALITIES = ('visible', 'infrared', 'both')
+_KEY = dict(visible='img', infrared='ir_img')
+
+
+@TRANSFORMS.register_module()
+class ModalityTransform(BaseTransform):
+    """Run a photometric transform on one modality only, e.g.
+    ``dict(type='ModalityTransform', modality='infrared',
+    transform=dict(type='PhotoMetricDistortion'))``.
+
+    The transform sees a small results dict whose ``img`` is the chosen
+    modality, so it cannot touch the other image, the boxes or the meta keys.
+    With ``modality='both'`` it runs on each modality with its own random
+    draw (colour jitter need not be shared; geometry must, see
+    :class:`PairedGeometric`).
+
+    Args:
+        modality (str): ``'visible'``, ``'infrared'`` or ``'both'``.
+        transform (dict | callable): the photometric transform.
+        restore_dtype (bool): cast the result back to the input dtype
+            (uint8: rounded and clipped to [0, 255]) so packed inputs stay
+            uint8 as PairedDetDataPreprocessor expects; PhotoMetricDistortion
+            returns float32 otherwise. Set False for transforms whose output
+            is meant to be float (e.g. Normalize). Defaults to True.
+    """
+
+    def __init__(self, modality: str, transform,
+                 restore_dtype: bool = True) -> None:
+        if modality not in MODALITIES:
+            raise ValueError(f'modality must be one of {MODALITIES}, got '
+                             f'{modality!r}')
+        self.modality = modality
+        self.transform_cfg = copy.deepcopy(transform)
+        self.inner = TRANSFORMS.build(transform) if isinstance(
+            transform, dict) else transform
+        self.restore_dtype = restore_dtype
+
+    def _apply(self, results: dict, modality: str) -> bool:
+        key = _KEY[modality]
+        if key not in results:
+            raise KeyError(f'ModalityTransform({modality}): results have no '
+                           f'{key!r} (sample {results.get("img_path")})')
+        img = results[key]
+        path = results.get('img_path' if key == 'img' else 'ir_img_path')
+        sub = dict(img=img, img_shape=img.shape[:2], img_path=path)
+        out = self.inner(sub)
+        if out is None:
+            return False
+        new = out['img']
+        if new.shape[:2] != img.shape[:2]:
+            raise RuntimeError(
+                f'ModalityTransform({type(self.inner).__name__}) changed the '
+                f'{modality} image size {img.shape[:2]} -> {new.shape[:2]}: '
+                'geometric transforms must move both modalities; wrap it in '
+                'PairedGeometric instead.')
+        if self.restore_dtype and new.dtype != img.dtype:
+            if img.dtype == np.uint8:
+                new = np.clip(np.round(new), 0, 255)
+            new = new.astype(img.dtype)
+        results[key] = new
+        return True
+
+    def transform(self, results: dict) -> Optional[dict]:
+        """Apply the transform to the chosen modality (or to each)."""
+        modalities = ('visible', 'infrared') if self.modality == 'both' \
+            else (self.modality, )
+        for modality in modalities:
+            if not self._apply(results, modality):
+                return None
+        return results
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(modality={self.modality!r}, '
+                f'transform={self.inner!r}, '
+                f'restore_dtype={self.restore_dtype})')
