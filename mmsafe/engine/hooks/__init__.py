@@ -1,1 +1,9 @@
 """mmsafe hooks, one per file."""
+from .empty_batch_sync_hook import EmptyBatchSyncHook  # noqa: F401,E402
+from .safety_report_hook import SafetyReportHook  # noqa: F401,E402
+from .dataloader_probe_hook import DataLoaderProbeHook  # noqa: F401,E402
+from .hang_watchdog_hook import HangWatchdogHook  # noqa: F401,E402
+from .eval_coverage_hook import EvalCoverageHook  # noqa: F401
+from .loss_dict_lint_hook import LossDictLintHook  # noqa: F401
+from .macl_check_hook import MACLCheckHook  # noqa: F401
+from .scalar_bands_hook import ScalarBandsHook  # noqa: F401

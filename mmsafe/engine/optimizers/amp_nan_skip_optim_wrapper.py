@@ -1,0 +1,136 @@
+"""Mixed-precision NaN-skip optim wrapper that runs on CUDA and on CPU."""
+from contextlib import contextmanager
+from typing import List, Optional, Union
+
+import torch
+import torch.nn as nn
+
+from mmdet.registry import OPTIM_WRAPPERS
+from .nan_skip_optim_wrapper import (AMP_OVERFLOW, NONFINITE_GRAD,
+                                     NaNSkipOptimWrapper)
+
+_VALID_DTYPES = ('float16', 'bfloat16', 'float32', 'float64')
+
+
+@OPTIM_WRAPPERS.register_module()
+class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
+    """:class:`NaNSkipOptimWrapper` with automatic mixed precision: a
+    drop-in for MMEngine's ``AmpOptimWrapper`` that also works without a GPU
+    (``torch.autocast('cpu')`` and ``torch.amp.GradScaler('cpu')``), so CI
+    can exercise it.
+
+    The GradScaler stays legal on every path: gradients are unscaled exactly
+    once per optimizer step (before the gradient norm is measured, so the
+    norm and the clipping see true values), and ``scaler.update()`` runs on
+    every step, applied or skipped, after the inf checks were recorded.
+    Every rank feeds the scaler the same overflow decision (from the step
+    consensus), so the loss scale stays identical on all ranks.
+
+    A skip caused by a non-finite loss counts as a NaN skip; a skip with
+    finite losses but non-finite scaled gradients counts as an fp16 overflow
+    (``train/amp_overflows``), which is normal while the dynamic loss scale
+    settles early in training.
+
+    Args:
+        loss_scale (float | str | dict): ``'dynamic'`` (default GradScaler),
+            a float (static scale) or a dict of ``GradScaler`` arguments.
+            Defaults to ``'dynamic'``.
+        dtype (str | torch.dtype, optional): autocast dtype. None uses the
+            device's autocast default (float16 on CUDA, bfloat16 on CPU).
+        device_type (str, optional): ``'cuda'`` or ``'cpu'``. None picks
+            CUDA when available.
+        **kwargs: arguments of :class:`NaNSkipOptimWrapper`.
+    """
+
+    def __init__(self,
+                 loss_scale: Union[str, float, dict] = 'dynamic',
+                 dtype: Optional[Union[str, torch.dtype]] = None,
+                 device_type: Optional[str] = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        if device_type is None:
+            device_type = 'cuda' if torch.cuda.is_available() else 'cpu'
+        self.device_type = device_type
+        self._scale_update_param = None
+        if loss_scale == 'dynamic':
+            self.loss_scaler = torch.amp.GradScaler(device_type)
+        elif isinstance(loss_scale, (int, float)):
+            self._scale_update_param = float(loss_scale)
+            self.loss_scaler = torch.amp.GradScaler(
+                device_type, init_scale=float(loss_scale))
+        elif isinstance(loss_scale, dict):
+            self.loss_scaler = torch.amp.GradScaler(device_type, **loss_scale)
+        else:
+            raise TypeError('loss_scale must be a float, a dict or '
+                            f'"dynamic", got {loss_scale!r}')
+        if isinstance(dtype, str):
+            if dtype not in _VALID_DTYPES:
+                raise ValueError(f'dtype must be one of {_VALID_DTYPES}, got '
+                                 f'{dtype!r}')
+            dtype = getattr(torch, dtype)
+        self.cast_dtype = dtype
+
+    @contextmanager
+    def optim_context(self, model: nn.Module):
+        """Autocast on :attr:`device_type`, plus the base class's context."""
+        with super().optim_context(model), torch.autocast(
+                device_type=self.device_type, dtype=self.cast_dtype):
+            yield
+
+    def _is_amp(self) -> bool:
+        return True
+
+    def _backward(self, loss: torch.Tensor, **kwargs) -> None:
+        self.loss_scaler.scale(loss).backward(**kwargs)
+
+    def _found_inf(self) -> dict:
+        state = self.loss_scaler._per_optimizer_states[id(self.optimizer)]
+        return state['found_inf_per_device']
+
+    def _unscale(self) -> None:
+        self.loss_scaler.unscale_(self.optimizer)
+        found_inf = self._found_inf()
+        if not found_inf:
+            # No parameter had a gradient: record a clean check, otherwise
+            # step()/update() assert "No inf checks were recorded".
+            found_inf[torch.device(self.device_type)] = torch.zeros(
+                (), dtype=torch.float32,
+                device=self.loss_scaler._scale.device
+                if self.loss_scaler._scale is not None else 'cpu')
+
+    def _local_overflow(self) -> float:
+        return float(sum(float(v) for v in self._found_inf().values()) > 0)
+
+    def _agree_on_overflow(self) -> bool:
+        # The same value on every rank, so every rank's scaler moves alike.
+        overflow = (self.consensus.last(AMP_OVERFLOW) > 0
+                    or self.consensus.last(NONFINITE_GRAD) > 0)
+        for tensor in self._found_inf().values():
+            tensor.fill_(1.0 if overflow else 0.0)
+        return overflow
+
+    def _optimizer_step(self, **kwargs) -> None:
+        self._agree_on_overflow()
+        self.loss_scaler.step(self.optimizer, **kwargs)
+        self.loss_scaler.update(self._scale_update_param)
+
+    def _skip_step(self, reasons: List[str]) -> None:
+        # No scaler.step(): the optimizer must not move. update() consumes
+        # the recorded inf checks (and backs off the scale on overflow), so
+        # the next iteration starts from a clean scaler.
+        self._agree_on_overflow()
+        self.loss_scaler.update(self._scale_update_param)
+
+    def state_dict(self) -> dict:
+        """Optimizer, skip counters and ``loss_scaler`` state."""
+        state = super().state_dict()
+        state['loss_scaler'] = self.loss_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore optimizer, skip counters and ``loss_scaler``."""
+        state_dict = dict(state_dict)
+        scaler_state = state_dict.pop('loss_scaler', None)
+        if scaler_state is not None:
+            self.loss_scaler.load_state_dict(scaler_state)
+        super().load_state_dict(state_dict)

@@ -1,0 +1,453 @@
+"""An optim wrapper that turns NaN/Inf losses and gradients into a logged,
+bounded skip that every DDP rank takes together.
+
+Learning-rate schedule on a skipped step: MMEngine's ``ParamSchedulerHook``
+steps the parameter schedulers after every training iteration (or epoch),
+whether or not the optimizer stepped. A skipped step therefore still
+consumes one iteration of the schedule (warmup included): the schedule
+follows the iteration count, not the number of applied updates. Momentum
+buffers, Adam moments and weight decay are untouched by a skipped step
+because ``optimizer.step()`` is not called at all.
+"""
+import logging
+import math
+import re
+import weakref
+from collections import deque
+from contextlib import contextmanager
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+from mmengine.optim import OptimWrapper
+from torch.optim import Optimizer
+
+from mmdet.registry import OPTIM_WRAPPERS
+from mmsafe.dist import (StepConsensus, all_gather_object, current_iter,
+                         get_rank)
+from mmsafe.events import batch_file_names, log, update_counters, write_event
+
+#: Names this wrapper posts to the step consensus itself.
+NONFINITE_LOSS = 'nonfinite_loss'
+NONFINITE_GRAD = 'nonfinite_grad'
+AMP_OVERFLOW = 'amp_overflow'
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    from mmengine.model import is_model_wrapper
+    return model.module if is_model_wrapper(model) else model
+
+
+def _total_norm(grads: List[torch.Tensor], norm_type: float) -> torch.Tensor:
+    if not grads:
+        return torch.tensor(0.0)
+    get_total_norm = getattr(torch.nn.utils, 'get_total_norm', None)
+    if get_total_norm is not None:
+        return get_total_norm(grads, norm_type=norm_type,
+                              error_if_nonfinite=False)
+    norms = torch.stack([torch.linalg.vector_norm(g.detach(), norm_type)
+                         for g in grads])
+    return torch.linalg.vector_norm(norms, norm_type)
+
+
+def _shown(it: Optional[int]):
+    """1-based iteration, as in MMEngine's ``Iter(train) [k/N]`` lines (the
+    JSONL events keep the 0-based ``runner.iter``)."""
+    return '?' if it is None else it + 1
+
+
+def _fmt(value: Optional[float]) -> str:
+    return 'n/a' if value is None else f'{value:.6g}'
+
+
+@OPTIM_WRAPPERS.register_module()
+class NaNSkipOptimWrapper(OptimWrapper):
+    """Drop-in :class:`mmengine.optim.OptimWrapper` that skips non-finite
+    optimizer steps consistently on every rank.
+
+    Backward always runs on every rank. At each accumulation boundary the
+    wrapper posts this window's flags (any non-finite loss in the window,
+    non-finite total gradient norm) to :class:`mmsafe.dist.StepConsensus`,
+    which reduces them together with every other guard's values (e.g.
+    ``EmptyBatchSyncHook``'s ``empty_batch``) in ONE all-reduce. If any skip
+    rule fires, every rank zeroes its gradients and skips
+    ``optimizer.step()``; with gradient accumulation the whole window is
+    dropped. Skips are counted (``train/skipped_steps``,
+    ``train/nan_skips``, ``train/consecutive_skips``,
+    ``train/amp_overflows`` in the logs; the counters are part of
+    :meth:`state_dict`, so a resumed run continues them), logged with rank,
+    iteration, loss, gradient norm and the batch's image paths (rank 0's log
+    shows every rank; every rank appends a ``step_skip`` record to
+    ``mmsafe_events.jsonl``), and bounded by ``max_consecutive_skips``.
+
+    The batch's image paths are read with a forward pre-hook that the
+    wrapper puts on the model's ``data_preprocessor`` the first time
+    ``optim_context`` sees the model (MMEngine's ``train_step`` always calls
+    it), so nothing but ``optim_wrapper.type`` has to change in a config.
+
+    A non-finite gradient norm is never written into ``train/grad_norm``;
+    the pre-clipping global norm of every applied step is. See the module
+    docstring for the learning-rate schedule on skipped steps.
+
+    Args:
+        optimizer (Optimizer): the optimizer.
+        accumulative_counts (int): iterations per optimizer step.
+            Defaults to 1.
+        clip_grad (dict, optional): global clipping, as in ``OptimWrapper``
+            (``dict(max_norm=35, norm_type=2)`` or
+            ``dict(type='value', clip_value=...)``), applied after the
+            per-module clipping. Defaults to None.
+        clip_grad_per_module (list[dict], optional): per-module gradient
+            clipping, e.g. ``[dict(pattern='roi_head', max_norm=0.5),
+            dict(pattern=r'backbone\\.layer4', max_norm=0.3, norm_type=2)]``.
+            ``pattern`` is a regular expression searched in the parameter
+            names of the unwrapped model; a parameter follows the first rule
+            that matches it. Each group's pre-clipping norm is logged as
+            ``train/grad_norm_<pattern>``. A pattern that matches nothing
+            is an error. Defaults to None.
+        max_consecutive_skips (int): stop training with an error naming the
+            last bad iterations and their image paths after this many skipped
+            steps in a row (every reason counts). 0 disables the bound.
+            Defaults to 20.
+        log_all_ranks (bool): on a skip, gather every rank's loss, gradient
+            norm and image paths (one extra ``all_gather_object``, only on
+            skipped steps) so that rank 0's log names them all. Defaults to
+            True.
+    """
+
+    def __init__(self,
+                 optimizer: Optimizer,
+                 accumulative_counts: int = 1,
+                 clip_grad: Optional[dict] = None,
+                 clip_grad_per_module: Optional[Sequence[dict]] = None,
+                 max_consecutive_skips: int = 20,
+                 log_all_ranks: bool = True) -> None:
+        super().__init__(optimizer=optimizer,
+                         accumulative_counts=accumulative_counts,
+                         clip_grad=clip_grad)
+        if max_consecutive_skips < 0:
+            raise ValueError('max_consecutive_skips must be >= 0, got '
+                             f'{max_consecutive_skips}')
+        self.max_consecutive_skips = max_consecutive_skips
+        self.log_all_ranks = log_all_ranks
+        self.clip_grad_per_module = self._parse_module_rules(
+            clip_grad_per_module)
+        self.consensus = StepConsensus.get()
+        self.consensus.attach_optim_wrapper(type(self).__name__)
+        self.consensus.declare(NONFINITE_LOSS, skip_when='any')
+        self.consensus.declare(NONFINITE_GRAD, skip_when='any')
+        self.consensus.declare(AMP_OVERFLOW, skip_when='any')
+        self.counters: Dict = dict(
+            skipped=0, consecutive=0, nan_skips=0, amp_overflow=0,
+            steps=0, by_reason={})
+        # (iteration, {rank: image paths}) of the latest skipped windows.
+        self.recent_bad: deque = deque(maxlen=max(5, max_consecutive_skips))
+        self._window: List[dict] = []
+        self._pending_loss: Optional[float] = None
+        self._batch_files: List[str] = []
+        self._model_ref = None
+        self._param_names: Dict[int, str] = {}
+
+    # ------------------------------------------------------------------ #
+    # configuration helpers
+    @staticmethod
+    def _parse_module_rules(rules: Optional[Sequence[dict]]) -> List[dict]:
+        parsed = []
+        for rule in rules or []:
+            rule = dict(rule)
+            if 'pattern' not in rule or 'max_norm' not in rule:
+                raise ValueError('each clip_grad_per_module entry needs '
+                                 f'`pattern` and `max_norm`, got {rule}')
+            unknown = set(rule) - {'pattern', 'max_norm', 'norm_type'}
+            if unknown:
+                raise ValueError(f'unknown keys {sorted(unknown)} in '
+                                 f'clip_grad_per_module entry {rule}')
+            parsed.append(
+                dict(pattern=rule['pattern'],
+                     regex=re.compile(rule['pattern']),
+                     max_norm=float(rule['max_norm']),
+                     norm_type=float(rule.get('norm_type', 2.0))))
+        return parsed
+
+    # ------------------------------------------------------------------ #
+    # model watching: parameter names and the batch's image paths
+    @contextmanager
+    def optim_context(self, model: nn.Module):
+        """See :meth:`OptimWrapper.optim_context`; also learns the model's
+        parameter names and hooks its data preprocessor once."""
+        self._watch_model(model)
+        with super().optim_context(model):
+            yield
+
+    def _watch_model(self, model: nn.Module) -> None:
+        module = _unwrap(model)
+        if self._model_ref is not None and self._model_ref() is module:
+            return
+        self._model_ref = weakref.ref(module)
+        self._param_names = {
+            id(p): name
+            for name, p in module.named_parameters()
+        }
+        preprocessor = getattr(module, 'data_preprocessor', None)
+        if isinstance(preprocessor, nn.Module):
+            # A closure over a weak reference, not a bound method: models
+            # get deep-copied (EMA) and must not drag the wrapper along.
+            wrapper_ref = weakref.ref(self)
+
+            def record_batch_files(_module, args, kwargs):
+                wrapper = wrapper_ref()
+                data = args[0] if args else kwargs.get('data')
+                if wrapper is not None and isinstance(data, dict):
+                    wrapper._batch_files = batch_file_names(data)
+
+            preprocessor.register_forward_pre_hook(
+                record_batch_files, with_kwargs=True)
+
+    # ------------------------------------------------------------------ #
+    # the training step
+    def update_params(self,
+                      loss: torch.Tensor,
+                      step_kwargs: Optional[Dict] = None,
+                      zero_kwargs: Optional[Dict] = None) -> None:
+        """Backward (always), then at the accumulation boundary one
+        consensus for all ranks: step or skip.
+
+        Args:
+            loss (torch.Tensor): the loss of this iteration.
+            step_kwargs (dict, optional): arguments for ``optimizer.step``.
+            zero_kwargs (dict, optional): arguments for ``zero_grad``.
+        """
+        self._pending_loss = float(loss.detach().float().sum())
+        super().update_params(loss, step_kwargs, zero_kwargs)
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        """Record whether this micro-batch's loss is finite, then run the
+        backward pass (always, so that DDP's gradient all-reduce happens on
+        every rank)."""
+        value = self._pending_loss
+        if value is None:
+            value = float(loss.detach().float().sum())
+        self._pending_loss = None
+        self._window.append(
+            dict(iter=current_iter(), loss=value,
+                 finite=math.isfinite(value), files=list(self._batch_files)))
+        self._backward(loss, **kwargs)
+        self._inner_count += 1
+
+    def _backward(self, loss: torch.Tensor, **kwargs) -> None:
+        loss.backward(**kwargs)
+
+    def step(self, **kwargs) -> None:
+        """Decide with all ranks, then clip and step, or skip.
+
+        Args:
+            kwargs: arguments for ``optimizer.step``.
+        """
+        self._unscale()
+        params = self._params_with_grad()
+        norm_type = 2.0
+        if self.clip_grad_kwargs and self.grad_name == 'grad_norm':
+            norm_type = float(self.clip_grad_kwargs.get('norm_type', 2.0))
+        total_norm = _total_norm([p.grad for p in params], norm_type)
+        grad_norm = float(total_norm)
+        window = self._window
+        self._window = []
+
+        loss_bad = any(not w['finite'] for w in window)
+        self.consensus.post(NONFINITE_LOSS, 1.0 if loss_bad else 0.0)
+        self.consensus.post(NONFINITE_GRAD,
+                            0.0 if math.isfinite(grad_norm) else 1.0)
+        self.consensus.post(AMP_OVERFLOW, self._local_overflow())
+        self.consensus.reduce()  # the one collective of this step
+        reasons = self.consensus.last_skip_reasons()
+
+        if reasons:
+            self._skip(reasons, window, grad_norm)
+        else:
+            self._apply(params, grad_norm, **kwargs)
+        self._publish()
+
+    def _params_with_grad(self) -> List[torch.Tensor]:
+        return [
+            p for group in self.optimizer.param_groups
+            for p in group['params'] if p.requires_grad and p.grad is not None
+        ]
+
+    def _apply(self, params: List[torch.Tensor], grad_norm: float,
+               **kwargs) -> None:
+        self.message_hub.update_scalar('train/grad_norm', grad_norm)
+        if self.clip_grad_per_module:
+            self._clip_per_module(params)
+        if self.clip_grad_kwargs and params:
+            self.clip_func(params, **self.clip_grad_kwargs)
+        self._optimizer_step(**kwargs)
+        self.counters['steps'] += 1
+        self.counters['consecutive'] = 0
+
+    def _clip_per_module(self, params: List[torch.Tensor]) -> None:
+        if not self._param_names:
+            raise RuntimeError(
+                '[mmsafe] clip_grad_per_module needs the parameter names of '
+                'the model; they are learnt in optim_context(), which '
+                "MMEngine's train_step calls. Call optim_context(model) "
+                'around the forward pass in a custom train_step.')
+        groups: List[List[torch.Tensor]] = [[] for _ in
+                                            self.clip_grad_per_module]
+        for p in params:
+            name = self._param_names.get(id(p), '')
+            for i, rule in enumerate(self.clip_grad_per_module):
+                if rule['regex'].search(name):
+                    groups[i].append(p)
+                    break
+        for rule, group in zip(self.clip_grad_per_module, groups):
+            if not group:
+                known = sorted({n.rsplit('.', 1)[0]
+                                for n in self._param_names.values()})[:20]
+                raise ValueError(
+                    f"[mmsafe] clip_grad_per_module pattern "
+                    f"{rule['pattern']!r} matches no parameter with a "
+                    f'gradient. Some module names: {known}')
+            norm = torch.nn.utils.clip_grad_norm_(
+                group, max_norm=rule['max_norm'],
+                norm_type=rule['norm_type'])
+            self.message_hub.update_scalar(
+                f"train/grad_norm_{rule['pattern']}", float(norm))
+
+    def _skip(self, reasons: List[str], window: List[dict],
+              grad_norm: float) -> None:
+        it = window[-1]['iter'] if window else current_iter()
+        iters = [w['iter'] for w in window]
+        if NONFINITE_LOSS in reasons or (NONFINITE_GRAD in reasons
+                                          and not self._is_amp()):
+            kind = 'nan_skips'
+        elif NONFINITE_GRAD in reasons or AMP_OVERFLOW in reasons:
+            kind = 'amp_overflow'
+        else:
+            kind = None
+        self.counters['skipped'] += 1
+        self.counters['consecutive'] += 1
+        if kind is not None:
+            self.counters[kind] += 1
+        by_reason = self.counters['by_reason']
+        for reason in reasons:
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+
+        mine = dict(rank=get_rank(), iters=iters,
+                    losses=[w['loss'] for w in window], grad_norm=grad_norm,
+                    files=[f for w in window for f in w['files']])
+        everyone = all_gather_object(mine) if self.log_all_ranks else [mine]
+        write_event(self._work_dir(), 'step_skip', iter=it, iters=iters,
+                    reasons=reasons, cause=kind or reasons[0],
+                    loss=mine['losses'], grad_norm=grad_norm,
+                    files=mine['files'], skipped=self.counters['skipped'],
+                    consecutive=self.counters['consecutive'])
+        details = '; '.join(
+            f"rank {r['rank']}: loss={[_fmt(v) for v in r['losses']]} "
+            f"grad_norm={_fmt(r['grad_norm'])} files={r['files']}"
+            for r in everyone)
+        log(f'skipped the optimizer step of Iter(train) {_shown(it)} '
+            f'(window {[_shown(i) for i in iters]}) on all ranks, reasons '
+            f'{reasons}; {details}; skipped '
+            f"{self.counters['skipped']} steps so far, "
+            f"{self.counters['consecutive']} in a row", logging.WARNING)
+        self.recent_bad.append(
+            dict(iter=it, reasons=reasons,
+                 files={r['rank']: r['files'] for r in everyone}))
+        self._skip_step(reasons)
+        self.optimizer.zero_grad()
+        limit = self.max_consecutive_skips
+        if limit and self.counters['consecutive'] >= limit:
+            bad = '; '.join(
+                f"Iter(train) {_shown(b['iter'])} "
+                f"({', '.join(b['reasons'])}): " + ', '.join(
+                    f'rank {r} {files}'
+                    for r, files in sorted(b['files'].items()))
+                for b in list(self.recent_bad)[-limit:])
+            raise RuntimeError(
+                f"[mmsafe] {self.counters['consecutive']} optimizer steps "
+                'in a row were skipped (max_consecutive_skips='
+                f'{self.max_consecutive_skips}); training is not making '
+                f'progress. Last bad iterations: {bad}. Check these images '
+                '(tools/check_dataset.py), lower the learning rate or enable '
+                'gradient clipping; raise optim_wrapper.max_consecutive_skips '
+                'only if such runs of skips are expected.')
+
+    def _publish(self) -> None:
+        c = self.counters
+        hub = self.message_hub
+        hub.update_scalar('train/skipped_steps', c['skipped'])
+        hub.update_scalar('train/nan_skips', c['nan_skips'])
+        hub.update_scalar('train/consecutive_skips', c['consecutive'])
+        if self._is_amp():
+            hub.update_scalar('train/amp_overflows', c['amp_overflow'])
+        update_counters('step_guard', **c)
+
+    @staticmethod
+    def _work_dir() -> Optional[str]:
+        # The wrapper never sees the runner; its logger knows the work dir.
+        return _runner_work_dir()
+
+    # ------------------------------------------------------------------ #
+    # hooks for the AMP subclass
+    def _is_amp(self) -> bool:
+        return False
+
+    def _unscale(self) -> None:
+        """Bring the gradients to their true scale before the checks."""
+
+    def _local_overflow(self) -> float:
+        return 0.0
+
+    def _optimizer_step(self, **kwargs) -> None:
+        self.optimizer.step(**kwargs)
+
+    def _skip_step(self, reasons: List[str]) -> None:
+        """Leave optimizer state (and the AMP scaler) legal on a skip."""
+
+    # ------------------------------------------------------------------ #
+    # checkpointing
+    def state_dict(self) -> dict:
+        """The optimizer's state dict plus ``mmsafe_step_guard`` counters."""
+        state = super().state_dict()
+        state['mmsafe_step_guard'] = dict(
+            counters=_plain(self.counters),
+            recent_bad=_plain(list(self.recent_bad)))
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the optimizer and the skip counters."""
+        state_dict = dict(state_dict)
+        guard = state_dict.pop('mmsafe_step_guard', None)
+        if guard is not None:
+            self.counters.update(guard.get('counters', {}))
+            self.recent_bad.clear()
+            self.recent_bad.extend(guard.get('recent_bad', []))
+        super().load_state_dict(state_dict)
+
+
+def _plain(value):
+    """Only builtin types, so checkpoints load with ``weights_only=True``."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, (str, int)) else str(k): _plain(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _runner_work_dir() -> Optional[str]:
+    """The work dir of the current MMEngine logger's run, if known."""
+    from mmengine.logging import MMLogger
+    try:
+        logger = MMLogger.get_current_instance()
+    except Exception:  # pragma: no cover
+        return None
+    log_file = getattr(logger, 'log_file', None)
+    if not log_file:
+        return None
+    import os.path as osp
+
+    # MMEngine writes logs to {work_dir}/{timestamp}/{timestamp}.log
+    return osp.dirname(osp.dirname(log_file))
