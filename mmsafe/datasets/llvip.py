@@ -180,6 +180,7 @@ class LLVIPDataset(BaseDetDataset):
         if not names:
             raise FileNotFoundError(
                 f'{owner}: no images found (ann_file={self.ann_file!r})')
+        handle_missing_pairs(owner, missing, len(names), self.on_missing_pair)
 
         data_list = []
         self._degenerate = 0
