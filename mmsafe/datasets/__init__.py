@@ -3,3 +3,4 @@ from .llvip import LLVIPDataset  # noqa: F401,E402
 from .paired_dataset import PairedModalityDataset  # noqa: F401,E402
 from .synthetic_llvip import ensure_synthetic_llvip  # noqa: F401,E402
 from . import transforms  # noqa: F401,E402
+from .valid_instance_resample import ValidInstanceResampleDataset  # noqa
