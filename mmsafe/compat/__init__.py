@@ -3,4 +3,8 @@ from .dist import install_cpu_ddp_support
 
 install_cpu_ddp_support()
 
-__all__ = ['install_cpu_ddp_support']
+from .checkpoint import install_checkpoint_safety  # noqa: E402
+
+install_checkpoint_safety()
+
+__all__ = ['install_cpu_ddp_support', 'install_checkpoint_safety']
