@@ -1,0 +1,223 @@
+"""``load_from`` / resume files (and pretrained ``init_cfg`` weights) exist
+and load safely.
+
+PyTorch >= 2.6 loads with ``weights_only=True``; a checkpoint holding an
+object outside mmsafe's allowlist is refused (mmsafe never turns
+``weights_only`` off). The file is loaded once here, memory-mapped, and its
+keys are compared with the built model's, so a checkpoint of another model
+shows before training rather than as a wall of "missing keys" warnings.
+"""
+import os.path as osp
+from typing import Any, Iterator, List, Optional, Tuple
+
+from ..context import PreflightContext, first_line
+from ..report import CheckRow
+
+NAME = 'checkpoint'
+
+
+def _safe_load(path: str, cfg) -> Tuple[Any, Optional[str], bool]:
+    """Load with ``weights_only=True``; (object, problem, refused)."""
+    import pickle
+    import zipfile
+
+    import torch
+    mmap = zipfile.is_zipfile(path)
+    try:
+        from mmsafe.compat import checkpoint as safe
+    except ImportError:
+        safe = None
+    try:
+        if safe is not None:
+            names = cfg.get(safe.TRUSTED_GLOBALS_CFG_KEY, None) or []
+            extra = safe.resolve_trusted_globals(
+                [names] if isinstance(names, str) else names)
+            with safe.trusted_checkpoint_globals(extra):
+                obj = torch.load(path, map_location='cpu',
+                                 weights_only=True, mmap=mmap)
+        else:
+            obj = torch.load(path, map_location='cpu', weights_only=True,
+                             mmap=mmap)
+    except pickle.UnpicklingError as err:
+        refused = safe.refused_object(err) if safe is not None else None
+        if refused or 'weights_only' in str(err).lower() or \
+                'Weights only load failed' in str(err):
+            return None, (f'torch.load(weights_only=True) refuses it: it '
+                          f'holds the pickled object `{refused or "?"}`'), True
+        return None, f'{type(err).__name__}: {first_line(err)}', False
+    except Exception as err:
+        return None, f'{type(err).__name__}: {first_line(err)}', False
+    return obj, None, False
+
+
+def _state_dict(obj: Any) -> Optional[dict]:
+    if isinstance(obj, dict):
+        inner = obj.get('state_dict', obj.get('model', obj))
+        if isinstance(inner, dict):
+            return inner
+    return None
+
+
+def _key_rows(state: dict, ctx: PreflightContext, where: str,
+              strict_shapes: bool) -> List[CheckRow]:
+    model = ctx.model_info().model
+    if model is None or state is None:
+        return []
+    own = model.state_dict()
+    keys = {k[7:] if k.startswith('module.') else k: v
+            for k, v in state.items()}
+    matched = [k for k in keys if k in own]
+    if not matched:
+        return [CheckRow(
+            'error' if strict_shapes else 'warn', NAME,
+            f'None of the checkpoint\'s {len(keys)} keys matches the model\'s '
+            f'{len(own)} parameters and buffers (e.g. {next(iter(keys), "")!r}'
+            f' vs {next(iter(own), "")!r}): it belongs to another model.',
+            where, 'Point it at a checkpoint of this model (or convert the '
+            'key names).')]
+    shape = [k for k in matched if hasattr(keys[k], 'shape')
+             and tuple(keys[k].shape) != tuple(own[k].shape)]
+    missing = len(own) - len(matched)
+    if shape:
+        return [CheckRow(
+            'error' if strict_shapes else 'warn', NAME,
+            f'{len(shape)} tensors differ in shape from the model, e.g. '
+            f'{shape[0]}: {tuple(keys[shape[0]].shape)} vs '
+            f'{tuple(own[shape[0]].shape)}.', where,
+            'Expected when fine-tuning with another class count (those '
+            'layers start fresh); otherwise use a matching checkpoint.')]
+    return [CheckRow('ok', NAME, f'{len(matched)} of {len(own)} model '
+                     f'tensors found in the checkpoint ({missing} missing).',
+                     where)]
+
+
+def _check_file(path: str, where: str, ctx: PreflightContext,
+                resume: bool) -> Iterator[CheckRow]:
+    if path.startswith(('http://', 'https://')):
+        import torch
+        cached = osp.join(torch.hub.get_dir(), 'checkpoints',
+                          osp.basename(path.split('?')[0]))
+        if osp.isfile(cached):
+            path = cached
+        else:
+            yield CheckRow(
+                'warn', NAME, f'{path} is not in the torch hub cache: it is '
+                'downloaded when training starts (needs network).', where,
+                f'Download it to {cached} beforehand on offline machines.')
+            return
+    elif '://' in path:
+        yield CheckRow('info', NAME, f'{path}: remote storage, not checked.',
+                       where)
+        return
+    if not osp.isfile(path):
+        yield CheckRow('error', NAME, f'{path!r} does not exist '
+                       f'(absolute: {osp.abspath(path)}).', where,
+                       'Fix the path, or remove it to train from scratch.')
+        return
+    obj, problem, refused = _safe_load(path, ctx.cfg)
+    if problem:
+        fix = ("If you trust this file, allow that object explicitly: "
+               "mmsafe_trusted_globals = ['<module.Name>'] in the config "
+               '(weights_only stays on).' if refused else
+               'The file is truncated or not a PyTorch checkpoint; use '
+               'another one (auto-resume picks the newest loadable).')
+        yield CheckRow('error', NAME, f'{path} does not load safely: '
+                       f'{problem}.', where, fix)
+        return
+    if resume and not (isinstance(obj, dict) and 'meta' in obj
+                       and 'state_dict' in obj):
+        yield CheckRow(
+            'error', NAME, f'{path} has no training state (meta, '
+            'state_dict, optimizer): it cannot be resumed from.', where,
+            'Use it as load_from without resume (weights only).')
+        return
+    size = osp.getsize(path) / 2**20
+    yield CheckRow('ok', NAME, f'{path} loads with weights_only=True '
+                   f'({size:.0f} MiB).', where)
+    yield from _key_rows(_state_dict(obj), ctx, where, strict_shapes=resume)
+
+
+def _pretrained(node: Any, path: str) -> Iterator[Tuple[str, str]]:
+    if isinstance(node, dict):
+        if node.get('type') == 'Pretrained' and isinstance(
+                node.get('checkpoint'), str):
+            yield f'{path}.checkpoint', node['checkpoint']
+        for key, value in node.items():
+            yield from _pretrained(value, f'{path}.{key}')
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _pretrained(value, f'{path}[{i}]')
+
+
+def _pretrained_rows(ctx: PreflightContext) -> Iterator[CheckRow]:
+    for where, ckpt in _pretrained(ctx.cfg.get('model', None), 'model'):
+        if ckpt.startswith('torchvision://'):
+            try:
+                import torch
+                from mmengine.runner.checkpoint import get_torchvision_models
+                url = get_torchvision_models()[ckpt[len('torchvision://'):]]
+                cached = osp.join(torch.hub.get_dir(), 'checkpoints',
+                                  osp.basename(url))
+            except ImportError as err:
+                yield CheckRow(
+                    'error', NAME, f'{ckpt} needs torchvision to resolve, '
+                    f'and it does not import ({first_line(err)}): '
+                    'init_weights() would fail at start-up.', where,
+                    'pip install the torchvision matching your torch, or set '
+                    f'{where.rsplit(".checkpoint", 1)[0]}=None to start '
+                    'from random weights.')
+                continue
+            except KeyError:
+                yield CheckRow('error', NAME, f'{ckpt}: torchvision has no '
+                               'such model.', where,
+                               'Use a name from torchvision.models.')
+                continue
+            if osp.isfile(cached):
+                yield CheckRow('ok', NAME, f'{ckpt} is cached at {cached}.',
+                               where)
+            else:
+                yield CheckRow(
+                    'warn', NAME, f'{ckpt} is not cached: it is downloaded '
+                    'when the model initialises (needs network).', where,
+                    f'Fetch {url} to {cached} beforehand, or set '
+                    f'{where.rsplit(".checkpoint", 1)[0]}=None to start '
+                    'from random weights.')
+        elif '://' not in ckpt and not osp.isfile(ckpt):
+            yield CheckRow('error', NAME, f'Pretrained checkpoint {ckpt!r} '
+                           'does not exist.', where,
+                           'Fix the path, or remove this init_cfg.')
+
+
+def check_checkpoints(ctx: PreflightContext) -> Iterator[CheckRow]:
+    """Check ``load_from``, the resume target and pretrained weights."""
+    cfg = ctx.cfg
+    load_from = cfg.get('load_from', None)
+    resume = bool(cfg.get('resume', False))
+    if resume and not load_from:
+        work_dir = cfg.get('work_dir', None)
+        target = None
+        if work_dir and osp.isdir(work_dir):
+            try:
+                from mmsafe.compat.checkpoint import \
+                    find_latest_loadable_checkpoint
+                target = find_latest_loadable_checkpoint(work_dir)
+            except ImportError:
+                from mmengine.runner import find_latest_checkpoint
+                target = find_latest_checkpoint(work_dir)
+            except Exception as err:  # no checkpoint there loads
+                yield CheckRow('error', NAME,
+                               f'Auto-resume: {first_line(err)}', 'resume', 'Remove the broken checkpoints or '
+                               'resume from an explicit file (--resume PATH).')
+                return
+        if target is None:
+            yield CheckRow('info', NAME, f'resume=True but {work_dir} has no '
+                           'checkpoint yet: training starts from scratch.',
+                           'resume')
+        else:
+            yield from _check_file(target, 'resume', ctx, resume=True)
+    elif load_from:
+        yield from _check_file(str(load_from), 'load_from', ctx, resume)
+    else:
+        yield CheckRow('ok', NAME, 'No load_from / resume: training starts '
+                       'from the initial weights.', 'load_from')
+    yield from _pretrained_rows(ctx)

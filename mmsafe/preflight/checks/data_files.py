@@ -1,0 +1,250 @@
+"""Data roots, annotation files and a sample of image (pairs) exist and open.
+
+The dataset is built the way ``Runner.build_dataloader`` builds it (the
+annotation index is read, no image is decoded), then a few items spread over
+the dataset are opened (visible and infrared image of a pair) and one item
+runs through the pipeline. Nothing iterates the whole dataset.
+"""
+import copy
+import os.path as osp
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from ..context import PreflightContext, first_line, leaf_datasets
+from ..report import CheckRow
+
+NAME = 'data'
+# keys of a data info that name image files of a sample
+IMAGE_KEYS = ('img_path', 'ir_img_path')
+
+
+def _join(root: Optional[str], path: str) -> str:
+    if root and not osp.isabs(path) and '://' not in path:
+        return osp.join(root, path)
+    return path
+
+
+def _remote(path: str, dataset_cfg: Dict) -> bool:
+    backend = (dataset_cfg.get('backend_args') or {}).get('backend', 'local')
+    return '://' in str(path) or backend not in ('local', 'disk')
+
+
+def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
+    """Rows about the files and folders a leaf dataset names; and whether
+    the dataset can be built (False: it would only fail on those files)."""
+    rows: List[CheckRow] = []
+    root = cfg.get('data_root', None)
+    synthetic = cfg.get('synthetic', None)
+    if root and not _remote(root, cfg) and not osp.isdir(root):
+        if synthetic is not None:
+            rows.append(CheckRow(
+                'info', NAME, f'data_root {root!r} does not exist yet: the '
+                'synthetic dataset is created there on first use.',
+                f'{path}.synthetic'))
+        else:
+            rows.append(CheckRow(
+                'error', NAME, f'data_root {root!r} does not exist '
+                f'(absolute: {osp.abspath(root)}).', f'{path}.data_root',
+                'Put the dataset there, or point the config at it: '
+                f'--cfg-options {path}.data_root=/path/to/data'))
+        return rows, False
+    ann_file = cfg.get('ann_file', None)
+    if isinstance(ann_file, str) and ann_file and not _remote(ann_file, cfg):
+        full = _join(root, ann_file)
+        if not osp.isfile(full):
+            rows.append(CheckRow(
+                'error', NAME, f'Annotation file {full!r} does not exist.',
+                f'{path}.ann_file',
+                'Check the file name relative to data_root, or set '
+                f'--cfg-options {path}.ann_file=...'))
+    prefix = cfg.get('data_prefix', None)
+    if isinstance(prefix, dict):
+        for key, sub in prefix.items():
+            if not isinstance(sub, str) or not sub or _remote(sub, cfg):
+                continue
+            full = _join(root, sub)
+            if not osp.isdir(full):
+                rows.append(CheckRow(
+                    'error', NAME, f'data_prefix[{key!r}] folder {full!r} '
+                    'does not exist.', f'{path}.data_prefix.{key}',
+                    'Check the folder name relative to data_root (LLVIP: '
+                    'visible/train/, infrared/train/, Annotations/).'))
+    buildable = not any(r.status == 'error' for r in rows)
+    return rows, buildable
+
+
+def _build(dataset_cfg: Dict, ctx: PreflightContext):
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope(ctx.default_scope):
+        dataset = ctx.registry('DATASETS').build(copy.deepcopy(dataset_cfg))
+        if hasattr(dataset, 'full_init'):
+            dataset.full_init()
+    return dataset
+
+
+def _sample_indices(length: int, k: int) -> List[int]:
+    if length <= k:
+        return list(range(length))
+    step = (length - 1) / (k - 1) if k > 1 else 0
+    return sorted({int(round(i * step)) for i in range(k)})
+
+
+def _open_image(path: str, backend_args: Optional[dict]):
+    import mmcv
+    from mmengine.fileio import get
+    img = mmcv.imfrombytes(get(path, backend_args=backend_args),
+                           flag='unchanged')
+    if img is None:
+        raise ValueError('cannot be decoded as an image')
+    return img
+
+
+def _sample_rows(dataset, where: str, ctx: PreflightContext,
+                 backend_args: Optional[dict]) -> Tuple[List[CheckRow], bool]:
+    """Open the images of a few items; return rows and whether it is
+    paired (its data infos carry ``ir_img_path``)."""
+    rows: List[CheckRow] = []
+    get_info = getattr(dataset, 'get_data_info', None)
+    if get_info is None:
+        return [CheckRow('info', NAME, f'{type(dataset).__name__} has no '
+                         'get_data_info(): image files not sampled.',
+                         where)], False
+    paired = False
+    problems: List[str] = []
+    opened = 0
+    indices = _sample_indices(len(dataset), ctx.samples)
+    for idx in indices:
+        info = get_info(idx)
+        shapes = {}
+        for key in IMAGE_KEYS:
+            path = info.get(key, None)
+            if path is None:
+                continue
+            paired = paired or key == 'ir_img_path'
+            try:
+                img = _open_image(path, backend_args)
+                shapes[key] = img.shape[:2]
+                opened += 1
+            except Exception as err:
+                problems.append(f'item {idx}: {key} {path!r}: '
+                                f'{first_line(err, 200)}')
+        if len(shapes) == 2 and len(set(shapes.values())) > 1:
+            problems.append(
+                f'item {idx}: visible {info["img_path"]!r} is '
+                f'{shapes["img_path"][1]}x{shapes["img_path"][0]} but '
+                f'infrared {info["ir_img_path"]!r} is '
+                f'{shapes["ir_img_path"][1]}x{shapes["ir_img_path"][0]} '
+                '(a pair must share height and width)')
+    for problem in problems[:3]:
+        rows.append(CheckRow(
+            'error', NAME, f'Sampled image cannot be used: {problem}.', where,
+            'Replace or remove the file (tools/check_dataset.py CONFIG '
+            'audits every item), then run preflight again.'))
+    if len(problems) > 3:
+        rows.append(CheckRow('error', NAME, f'... and {len(problems) - 3} '
+                             'more sampled image problems.', where))
+    if not problems:
+        kind = 'image pairs' if paired else 'images'
+        rows.append(CheckRow('ok', NAME, f'{len(indices)} sampled {kind} '
+                             f'open ({opened} files) out of {len(dataset)} '
+                             'items.', where))
+    return rows, paired
+
+
+def _pipeline_rows(dataset, where: str, paired: bool) -> List[CheckRow]:
+    """Run one item through the pipeline (transforms and packing)."""
+    start = time.perf_counter()
+    try:
+        item = dataset[0]
+    except Exception as err:
+        return [CheckRow(
+            'error', NAME, f'The pipeline fails on item 0: '
+            f'{type(err).__name__}: {first_line(err)}', f'{where}.pipeline',
+            'Fix the transform named in the message (run '
+            'tools/check_dataset.py CONFIG for the traceback).')]
+    seconds = time.perf_counter() - start
+    inputs = item.get('inputs', None) if isinstance(item, dict) else None
+    if paired and not (isinstance(inputs, dict) and 'infrared' in inputs):
+        return [CheckRow(
+            'warn', NAME, 'The data infos carry ir_img_path, but the '
+            'pipeline output has no infrared input: training would see the '
+            'visible modality only.', f'{where}.pipeline',
+            'Use LoadPairedImageFromFile and PackPairedDetInputs (mmsafe) '
+            'in the pipeline.')]
+    if isinstance(inputs, dict) and {'visible', 'infrared'} <= set(inputs):
+        vis, ir = inputs['visible'], inputs['infrared']
+        if tuple(vis.shape[-2:]) != tuple(ir.shape[-2:]):
+            return [CheckRow(
+                'error', NAME, f'The pipeline outputs visible '
+                f'{tuple(vis.shape)} and infrared {tuple(ir.shape)}: their '
+                'geometry differs.', f'{where}.pipeline',
+                'Use mmsafe paired transforms for every geometric step.')]
+    return [CheckRow('ok', NAME, f'The pipeline runs on item 0 '
+                     f'({seconds * 1000:.0f} ms).', f'{where}.pipeline')]
+
+
+def _config_says_paired(dataset_cfg: Any) -> bool:
+    text = repr(dataset_cfg)
+    return ('Paired' in text or 'LLVIP' in text or 'ir_img' in text)
+
+
+def check_data_files(ctx: PreflightContext) -> Iterator[CheckRow]:
+    """Check data roots, annotation files and a sample of items."""
+    bad = ctx.state.get('registry_bad_sections', set())
+    seen: Dict[str, str] = {}
+    paired_state: Dict[str, bool] = {}
+    lengths: Dict[str, int] = {}
+    ctx.state['paired'] = paired_state
+    ctx.state['dataset_len'] = lengths
+    for name, loader in ctx.dataloaders():
+        where = f'{name}.dataset'
+        dataset_cfg = loader.get('dataset', None)
+        if not isinstance(dataset_cfg, dict):
+            yield CheckRow('error', NAME, f'{name} has no dataset dict.',
+                           where, 'Add dataset=dict(type=..., ...).')
+            continue
+        paired_state[name] = _config_says_paired(dataset_cfg)
+        key = repr(dataset_cfg)
+        if key in seen:
+            yield CheckRow('ok', NAME, f'Same dataset as {seen[key]} '
+                           '(checked there).', where)
+            paired_state[name] = paired_state[seen[key]]
+            if seen[key] in lengths:
+                lengths[name] = lengths[seen[key]]
+            continue
+        seen[key] = name
+        buildable = True
+        for leaf_path, leaf in leaf_datasets(dataset_cfg, where):
+            rows, ok = _paths_rows(leaf_path, leaf)
+            buildable = buildable and ok
+            yield from rows
+        if not buildable:
+            continue
+        if name in bad:
+            yield CheckRow('info', NAME, 'Dataset not built: fix the '
+                           f'registry errors under {name} first.', where)
+            continue
+        start = time.perf_counter()
+        try:
+            dataset = _build(dataset_cfg, ctx)
+        except Exception as err:
+            yield CheckRow(
+                'error', NAME, f'The dataset does not build: '
+                f'{type(err).__name__}: {first_line(err)}', where,
+                'Fix what the message names (missing partner images: add '
+                "them, or set on_missing_pair='skip' to drop such samples).")
+            continue
+        seconds = time.perf_counter() - start
+        lengths[name] = len(dataset)
+        if len(dataset) == 0:
+            yield CheckRow(
+                'error', NAME, 'The dataset is empty after filtering.', where,
+                'Check ann_file / data_prefix and filter_cfg.')
+            continue
+        yield CheckRow('ok', NAME, f'{type(dataset).__name__} indexes '
+                       f'{len(dataset)} items in {seconds:.1f} s.', where)
+        backend_args = dataset_cfg.get('backend_args', None)
+        rows, paired = _sample_rows(dataset, where, ctx, backend_args)
+        paired_state[name] = paired_state[name] or paired
+        yield from rows
+        yield from _pipeline_rows(dataset, where, paired)
