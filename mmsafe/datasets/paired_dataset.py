@@ -28,7 +28,7 @@ class PartnerRule:
       else of the annotation: the image entry of a COCO json (matched by
       ``img_id``) or a child element of a VOC xml (``xml_path``). Relative
       values are joined with ``prefix`` (default: the inner dataset's
-      ``data_prefix['img']``).
+      ``data_prefix['img']``, else the visible image's folder).
 
     A rule that does not apply to an image, or gives back the visible path
     itself, counts as a missing partner for that image.
@@ -99,7 +99,8 @@ class PartnerRule:
             if not osp.isabs(value):
                 prefix = self.rule.get('prefix')
                 if prefix is None:
-                    prefix = getattr(dataset, 'data_prefix', {}).get('img', '')
+                    prefix = getattr(dataset, 'data_prefix', {}).get(
+                        'img') or osp.dirname(img_path)
                 value = osp.join(prefix, value)
             partner = value
         return None if partner == img_path else partner
