@@ -1,0 +1,229 @@
+"""DataLoaderProbeHook: real Runner runs with real DataLoader workers.
+
+Fault injection: spawn-started workers that block forever (the Windows
+LLVIP deadlock), a pipeline transform that holds a lambda; and a healthy
+loader that must be left alone. Every run carries a marker in its
+environment so that the test can prove no process of it survives.
+"""
+import json
+import os
+import os.path as osp
+import time
+import uuid
+
+import pytest
+import torch
+
+from mmsafe.events import read_events
+from tests.utils import run_train, write_config
+
+HARD_TIMEOUT = 420  # the machine is shared and slow; a hang still fails
+
+CONFIG = """
+default_scope = 'mmdet'
+custom_imports = dict(
+    imports=['mmsafe', 'tests.engine.probe_toys'], allow_failed_imports=False)
+model = dict(type='ProbeToyModel')
+train_dataloader = dict(
+    batch_size=2, {loader}
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    dataset=dict(type='{dataset}', length=8, {dataset_args}))
+val_dataloader = dict(
+    batch_size=2, {loader}
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(type='{dataset}', length=4, {dataset_args}))
+val_evaluator = dict(type='ProbeToyMetric')
+train_cfg = dict({train_cfg})
+val_cfg = dict(type='ValLoop')
+optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.01))
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=1),
+    checkpoint=dict(type='CheckpointHook', interval=1000, save_last=False))
+custom_hooks = [dict(type='DataLoaderProbeHook', {probe}),
+                dict(type='RecordLoaderHook')]
+randomness = dict(seed=0)
+work_dir = '{work_dir}'
+"""
+
+EPOCHS = "type='EpochBasedTrainLoop', max_epochs=2, val_interval=1"
+
+
+def _run(tmp_path, loader, dataset='ProbeToyDataset', dataset_args='',
+         probe='', train_cfg=EPOCHS):
+    work_dir = str(tmp_path / 'work')
+    cfg = write_config(str(tmp_path / 'cfg.py'), CONFIG.format(
+        loader=loader, dataset=dataset, dataset_args=dataset_args,
+        probe=probe, train_cfg=train_cfg, work_dir=work_dir))
+    mark = uuid.uuid4().hex
+    start = time.monotonic()
+    result = run_train(cfg, timeout=HARD_TIMEOUT,
+                       env=dict(MMSAFE_TEST_MARK=mark))
+    result.wall = time.monotonic() - start
+    result.work_dir = work_dir
+    result.mark = mark
+    return result
+
+
+def _marked_processes(mark: str) -> list:
+    """Live processes whose environment carries the run's marker."""
+    found = []
+    needle = f'MMSAFE_TEST_MARK={mark}'.encode()
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f'/proc/{pid}/environ', 'rb') as f:
+                if needle not in f.read():
+                    continue
+            with open(f'/proc/{pid}/stat') as f:
+                if f.read().rsplit(')', 1)[1].split()[0] == 'Z':
+                    continue
+        except OSError:
+            continue
+        found.append(int(pid))
+    return found
+
+
+def _assert_no_process_left(result) -> None:
+    # The run's process group is gone; any worker would have outlived it.
+    assert _marked_processes(result.mark) == []
+
+
+def _record(result) -> dict:
+    with open(osp.join(result.work_dir, 'loader_record.json')) as f:
+        return json.load(f)
+
+
+pytestmark = pytest.mark.skipif(not osp.isdir('/proc'),
+                                reason='process checks read /proc')
+
+
+def test_blocked_spawn_workers_fall_back_within_deadline(tmp_path):
+    deadline = 15
+    result = _run(
+        tmp_path,
+        loader="num_workers=2, persistent_workers=True, "
+        "multiprocessing_context='spawn',",
+        dataset_args='block_in_spawn_worker=True, paired=True,',
+        probe=f"timeout={deadline}")
+    assert result.returncode == 0, result
+    assert not result.timed_out
+
+    fallbacks = read_events(result.work_dir, 'dataloader_fallback')
+    assert [e['loader'] for e in fallbacks] == ['train', 'val'], fallbacks
+    for event in fallbacks:
+        assert 'within the probe deadline' in event['cause']
+        # Detected and recovered within the deadline plus a few seconds.
+        assert event['seconds'] <= deadline + 5, event
+        assert event['leaked_workers'] == 0
+    # One loud warning per loader, with the config line to change.
+    assert result.output.count('FALLING BACK to num_workers=0') == 2
+    assert 'train_dataloader = dict(num_workers=0, ' \
+        'persistent_workers=False)' in result.output
+    record = _record(result)
+    assert len(record['train_iters']) == 8  # 2 epochs x 4 batches
+    assert all(it['num_workers'] == 0 and it['workers'] == [-1, -1]
+               for it in record['train_iters'] + record['val_iters'])
+    assert 'count: 4.0' in result.output  # validation ran on all samples
+    _assert_no_process_left(result)
+
+
+def test_lambda_in_pipeline_is_named(tmp_path):
+    result = _run(
+        tmp_path,
+        loader="num_workers=2, multiprocessing_context='spawn',",
+        dataset_args="pipeline=[dict(type='ProbeToVector'), "
+        "dict(type='ProbeScaleWithLambda', factor=2.0)],",
+        probe='timeout=60')
+    assert result.returncode == 0, result
+    events = read_events(result.work_dir, 'dataloader_fallback')
+    assert [e['loader'] for e in events] == ['train', 'val']
+    for event in events:
+        assert 'dataset.pipeline.transforms[1].fn' in event['cause'], event
+        assert '<lambda>' in event['cause']
+        # Found by pickling, before any worker was started.
+        assert event['seconds'] < 5
+    assert 'dataset.pipeline.transforms[1].fn' in result.output
+    _assert_no_process_left(result)
+
+
+def test_lambda_without_probe_fails_unnamed(tmp_path):
+    """The failure the probe prevents: policy='off' crashes in the loop."""
+    result = _run(
+        tmp_path,
+        loader="num_workers=1, multiprocessing_context='spawn',",
+        dataset_args="pipeline=[dict(type='ProbeToVector'), "
+        "dict(type='ProbeScaleWithLambda', factor=2.0)],",
+        probe="policy='off'")
+    assert result.returncode != 0 and not result.timed_out, result
+    assert 'pickle' in result.output
+    assert 'transforms[1]' not in result.output
+    _assert_no_process_left(result)
+
+
+@pytest.mark.parametrize('context', ['fork', 'spawn'])
+def test_healthy_loader_is_kept(tmp_path, context):
+    result = _run(
+        tmp_path,
+        loader=f"num_workers=2, persistent_workers=True, "
+        f"multiprocessing_context='{context}',",
+        dataset_args='paired=True,', probe='timeout=120')
+    assert result.returncode == 0, result
+    assert read_events(result.work_dir, 'dataloader_fallback') == []
+    (train, val) = read_events(result.work_dir, 'dataloader_probe')
+    assert (train['loader'], train['result']) == ('train', 'pass')
+    assert (val['loader'], val['result']) == ('val', 'pass')
+    assert train['leaked_workers'] == 0 and train['batch_bytes'] > 0
+    record = _record(result)
+    # No cost after the probe: the very same loader object, still fed by
+    # its worker processes.
+    loaders = {it['loader'] for it in record['train_iters']}
+    assert loaders == {record['train_loader_before']}
+    workers = {w for it in record['train_iters'] for w in it['workers']}
+    assert workers == {0, 1}
+    assert 'FALLING BACK' not in result.output
+    _assert_no_process_left(result)
+
+
+def test_memory_budget_caps_workers_iter_loop(tmp_path):
+    """IterBasedTrainLoop keeps a loader iterator of its own; capping the
+    workers must rebuild both consistently."""
+    result = _run(
+        tmp_path,
+        loader="num_workers=3, prefetch_factor=2,",
+        dataset='ProbeBigSampleDataset', dataset_args='sample_mb=1.0,',
+        train_cfg="type='IterBasedTrainLoop', max_iters=6, val_interval=6",
+        probe="loaders=('train', ), memory_budget_mb=9, cap_workers=True")
+    assert result.returncode == 0, result
+    (event, ) = read_events(result.work_dir, 'dataloader_memory')
+    # 3 workers x prefetch 2 x 2 MiB = 12 MiB > 9 MiB: 2 workers fit.
+    assert event['inflight_bytes'] >= 12 * 2**20
+    assert event['workers_that_fit'] == 2
+    assert 'Capped to 2 worker(s)' in result.output
+    record = _record(result)
+    assert len(record['train_iters']) == 6
+    assert {it['num_workers'] for it in record['train_iters']} == {2}
+    workers = {w for it in record['train_iters'] for w in it['workers']}
+    assert workers == {0, 1}
+    _assert_no_process_left(result)
+
+
+def test_find_unpicklable_names_nested_path():
+    from mmengine.registry import DefaultScope
+    from torch.utils.data import DataLoader
+
+    from mmsafe.engine.hooks._loader_utils import find_unpicklable
+    from tests.engine.probe_toys import ProbeToyDataset
+
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        ds = ProbeToyDataset(pipeline=[
+            dict(type='ProbeToVector'),
+            dict(type='ProbeScaleWithLambda', factor=3.0)])
+        assert find_unpicklable(ProbeToyDataset(), 'dataset') is None
+    path, what, error = find_unpicklable(ds, 'dataset')
+    assert path == 'dataset.pipeline.transforms[1].fn'
+    assert what.startswith('<lambda>') and 'pickle' in error.lower()
+    loader = DataLoader(ds, collate_fn=lambda batch: batch)
+    assert find_unpicklable(loader.collate_fn, 'collate_fn')[0] == \
+        'collate_fn'
+    assert torch.is_tensor(ds[0]['inputs'])
