@@ -7,3 +7,5 @@ from .eval_coverage_hook import EvalCoverageHook  # noqa: F401
 from .loss_dict_lint_hook import LossDictLintHook  # noqa: F401
 from .macl_check_hook import MACLCheckHook  # noqa: F401
 from .scalar_bands_hook import ScalarBandsHook  # noqa: F401
+from .first_batch_stats_hook import FirstBatchStatsHook  # noqa: F401
+from .valid_instance_resample_hook import ValidInstanceResampleHook  # noqa: F401

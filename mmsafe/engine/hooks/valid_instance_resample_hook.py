@@ -1,0 +1,99 @@
+"""Count, in the main process, the samples that
+``ValidInstanceResampleDataset`` replaced in its DataLoader workers."""
+import logging
+from typing import Any, Optional
+
+import torch
+from mmengine.dist import all_reduce, get_world_size, is_distributed
+from mmengine.hooks import Hook
+
+from mmdet.registry import HOOKS
+from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
+                                                     RESAMPLED_FROM,
+                                                     RESAMPLED_FROM_PATH)
+from mmsafe.events import log, update_counters, write_event
+
+
+@HOOKS.register_module()
+class ValidInstanceResampleHook(Hook):
+    """Count and log the samples replaced by
+    :class:`~mmsafe.datasets.ValidInstanceResampleDataset`.
+
+    The wrapper runs in DataLoader worker processes, which cannot reach the
+    runner; it marks each replacement in the data sample's metainfo
+    (``resampled_from``, ``resampled_from_path``, ``resample_tries``). This
+    hook reads those marks from every training batch in the main process:
+
+    * each replacement is logged (the first ``log_first`` ones in detail,
+      with rank, iteration and the original and replacement files) and
+      written to ``mmsafe_events.jsonl``;
+    * the totals are published as message-hub counters
+      ``mmsafe/valid_instance_resample`` (``resampled``, ``tries``), which
+      ``SafetyReportHook`` reports;
+    * at the end of each epoch the count is summed over all ranks (one
+      all-reduce that every rank makes at the same point) and logged.
+
+    Args:
+        log_first (int): replacements logged one by one; later ones are only
+            counted (and summed per epoch). Defaults to 20.
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self, log_first: int = 20) -> None:
+        self.log_first = int(log_first)
+        self.resampled = 0
+        self.tries = 0
+        self.epoch_resampled = 0
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx: int,
+                         data_batch: Any = None,
+                         outputs: Optional[dict] = None) -> None:
+        samples = data_batch.get('data_samples', []) if isinstance(
+            data_batch, dict) else []
+        found = []
+        for sample in samples or []:
+            meta = getattr(sample, 'metainfo', {}) or {}
+            if RESAMPLED_FROM in meta:
+                found.append(
+                    dict(index=meta[RESAMPLED_FROM],
+                         file=meta.get(RESAMPLED_FROM_PATH),
+                         tries=meta.get(RESAMPLE_TRIES),
+                         replacement=meta.get('img_path')))
+        if not found:
+            return
+        it = runner.iter + 1
+        for item in found:
+            self.resampled += 1
+            self.tries += int(item['tries'] or 0)
+            self.epoch_resampled += 1
+            write_event(runner.work_dir, 'instance_resample', iter=it,
+                        **item)
+            if self.resampled <= self.log_first:
+                log(f'ValidInstanceResampleDataset replaced sample '
+                    f'{item["index"]} ({item["file"]}: no valid instance '
+                    f'after the pipeline) with {item["replacement"]} after '
+                    f'{item["tries"]} tries (iter {it}, rank '
+                    f'{runner.rank}; {self.resampled} so far)',
+                    logging.WARNING)
+                if self.resampled == self.log_first:
+                    log('ValidInstanceResampleHook: further replacements '
+                        'are counted, not logged one by one')
+        update_counters('valid_instance_resample', resampled=self.resampled,
+                        tries=self.tries)
+
+    def after_train_epoch(self, runner) -> None:
+        count = torch.tensor([float(self.epoch_resampled)])
+        if is_distributed():
+            all_reduce(count)  # every rank, same point: no mismatch
+        total = int(count.item())
+        if total:
+            log(f'ValidInstanceResampleDataset: {total} samples without '
+                f'valid instances were replaced in epoch {runner.epoch + 1} '
+                f'on {get_world_size()} rank(s)', logging.WARNING)
+        update_counters('valid_instance_resample',
+                        resampled=self.resampled, tries=self.tries,
+                        last_epoch_all_ranks=total)
+        self.epoch_resampled = 0

@@ -1,0 +1,154 @@
+"""FirstBatchStatsHook in a real Runner on a tiny LLVIP tree: silent and
+informative on healthy pairs; flags a black (constant / all-zero) infrared,
+visible loaded twice, and an RGB/BGR order against the preprocessor's
+mean; sends the first pairs to the visualizer backends."""
+import glob
+import os.path as osp
+import shutil
+import uuid
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+
+from mmdet.registry import MODELS
+from mmsafe.events import read_events
+from tests.tools.check_dataset_toys import write_llvip_tree
+
+
+@MODELS.register_module(force=True)
+class FirstBatchToyPairDetector(BaseModel):
+    """Smallest model that trains on paired inputs."""
+
+    def __init__(self, data_preprocessor=None):
+        super().__init__(data_preprocessor=data_preprocessor)
+        self.conv = nn.Conv2d(6, 1, 1)
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        x = torch.cat([inputs['visible'], inputs['infrared']], 1)
+        out = self.conv(x).mean()
+        if mode == 'loss':
+            return dict(loss=out**2)
+        return out
+
+
+PIPELINE = [
+    dict(type='LoadPairedImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PairedResize', scale=(64, 48), keep_ratio=True),
+    dict(type='PackPairedDetInputs')
+]
+
+
+def _run(tmp_path, data_root, preprocessor=None, hook=None, iters=2):
+    name = f'fbs_{uuid.uuid4().hex[:8]}'
+    pre = dict(type='PairedDetDataPreprocessor', pad_size_divisor=32)
+    pre.update(preprocessor or {})
+    cfg = Config(dict(
+        default_scope='mmdet',
+        experiment_name=name,
+        work_dir=str(tmp_path / 'work'),
+        model=dict(type='FirstBatchToyPairDetector', data_preprocessor=pre),
+        train_dataloader=dict(
+            batch_size=2,
+            num_workers=0,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            dataset=dict(
+                type='LLVIPDataset',
+                data_root=data_root,
+                data_prefix=dict(img='visible/train/', ann='Annotations/'),
+                filter_cfg=None,
+                pipeline=PIPELINE)),
+        train_cfg=dict(by_epoch=False, max_iters=iters),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
+        default_hooks=dict(logger=dict(type='LoggerHook', interval=1)),
+        custom_hooks=[dict(type='FirstBatchStatsHook', **(hook or {}))],
+        visualizer=dict(type='DetLocalVisualizer', name=name,
+                        vis_backends=[dict(type='LocalVisBackend')]),
+        log_level='INFO'))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    hook = [h for h in runner.hooks
+            if type(h).__name__ == 'FirstBatchStatsHook'][0]
+    return runner, hook
+
+
+def _tree(tmp_path, num=4):
+    root = str(tmp_path / 'llvip')
+    write_llvip_tree(root, num=num, size=(64, 48))
+    return root
+
+
+def test_healthy_pairs_logged_silent_and_visualized(tmp_path, capsys):
+    runner, hook = _run(tmp_path, _tree(tmp_path), hook=dict(num_batches=2))
+    assert hook.flags == []
+    assert len(hook.stats) == 2
+    stats = hook.stats[0]
+    vis, ir = stats['modalities']['visible'], stats['modalities']['infrared']
+    # default preprocessor: ImageNet mean/std, bgr_to_rgb -> RGB model input
+    assert vis['channel_order'] == 'rgb' and vis['swapped'] is True
+    np.testing.assert_allclose(vis['fitted_mean'], [123.675, 116.28, 103.53],
+                               atol=0.05)
+    assert ir['channel_order'].startswith('grey')
+    assert -3 < vis['min'] < vis['max'] < 3 and 0.3 < vis['std'] < 3
+    assert stats['boxes_per_image'] == [1, 1]
+    assert stats['img_shapes'] == [[48, 64], [48, 64]]
+    out = capsys.readouterr().out
+    assert 'FirstBatchStatsHook: batch 1' in out and 'boxes per image' in out
+    events = read_events(runner.work_dir, 'first_batch_stats')
+    assert [e['batch'] for e in events] == [1, 2]
+    assert read_events(runner.work_dir, 'first_batch_flag') == []
+    # the first batch's pairs reach the visualizer backend as images
+    images = glob.glob(osp.join(runner.log_dir, 'vis_data', 'vis_image',
+                                'first_batch_pair_*.png'))
+    assert len(images) == 2, images
+    img = cv2.imread(images[0])
+    assert img.shape == (48, 2 * 64 + 4, 3)
+    hub = runner.message_hub.get_info('mmsafe/first_batch_stats')
+    assert hub['batches'] == 2 and hub['flags'] == 0
+
+
+def test_black_infrared_and_all_zero_are_flagged(tmp_path):
+    root = _tree(tmp_path, num=2)
+    for path in glob.glob(osp.join(root, 'infrared/train/*.jpg')):
+        cv2.imwrite(path, np.zeros((48, 64, 3), np.uint8))
+    _, hook = _run(tmp_path, root, iters=1)
+    kinds = {(f['kind'], f['modality']) for f in hook.flags}
+    assert kinds == {('constant', 'infrared')}, hook.flags
+    assert 'black' in hook.flags[0]['message']
+    assert hook.flags[0]['file'].endswith('000001.jpg')
+    # no normalisation for infrared: the black image stays all zeros
+    _, hook = _run(tmp_path, root, iters=1, preprocessor=dict(
+        infrared=dict(mean=None, std=None)))
+    assert {f['kind'] for f in hook.flags} == {'all_zero'}, hook.flags
+
+
+def test_visible_loaded_twice_is_flagged_and_can_raise(tmp_path):
+    root = _tree(tmp_path, num=2)
+    for path in glob.glob(osp.join(root, 'visible/train/*.jpg')):
+        shutil.copy(path, osp.join(root, 'infrared', 'train',
+                                   osp.basename(path)))
+    _, hook = _run(tmp_path, root, iters=1)
+    assert [f['kind'] for f in hook.flags] == ['identical', 'identical']
+    with pytest.raises(RuntimeError, match='same image'):
+        _run(tmp_path, root, iters=1, hook=dict(on_fault='raise'))
+
+
+def test_bgr_input_with_rgb_mean_is_flagged(tmp_path):
+    root = _tree(tmp_path, num=2)
+    _, hook = _run(tmp_path, root, iters=1, preprocessor=dict(
+        visible=dict(mean=[123.675, 116.28, 103.53],
+                     std=[58.395, 57.12, 57.375], bgr_to_rgb=False)))
+    flags = [f for f in hook.flags if f['modality'] == 'visible']
+    assert [f['kind'] for f in flags] == ['channel_order'], hook.flags
+    assert 'BGR' in flags[0]['message']
+    # caffe-style: BGR mean with BGR input is consistent
+    _, hook = _run(tmp_path, root, iters=1, preprocessor=dict(
+        visible=dict(mean=[103.53, 116.28, 123.675], std=[1, 1, 1],
+                     bgr_to_rgb=False)))
+    assert hook.flags == []
