@@ -213,6 +213,14 @@ class SafetyReportHook(Hook):
                 counters.setdefault(guard, {})[str(state['rank'])] = values
         for guard, per_rank in counters.items():
             summary[self._section_of(guard)]['counters'][guard] = per_rank
+        loop = getattr(runner, '_train_loop', None)
+        if isinstance(loop, BaseLoop):
+            # Completed iterations (the hub's 'iter' is the current index).
+            epoch, it, max_iters = loop.epoch, loop.iter, loop.max_iters
+        else:
+            epoch, it, max_iters = (hub.get_info('epoch'),
+                                    hub.get_info('iter'),
+                                    hub.get_info('max_iters'))
         report = OrderedDict(
             status=status,
             exception=None if exc is None else dict(
@@ -220,9 +228,9 @@ class SafetyReportHook(Hook):
                 message=str(exc),
                 traceback=traceback.format_exception(
                     type(exc), exc, exc.__traceback__)[-12:]),
-            epoch=hub.get_info('epoch'),
-            iter=hub.get_info('iter'),
-            max_iters=hub.get_info('max_iters'),
+            epoch=epoch,
+            iter=it,
+            max_iters=max_iters,
             world_size=get_world_size(),
             ranks_reported=[state['rank'] for state in states],
             work_dir=runner.work_dir,

@@ -1,0 +1,176 @@
+"""Atomic checkpoint writes and auto-resume that skips a broken checkpoint,
+through tools/train.py."""
+import glob
+import os
+import os.path as osp
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.utils import REPO_ROOT, TRAIN, run_train, write_config
+
+TOY_CONFIG = """
+default_scope = 'mmdet'
+custom_imports = dict(imports=['mmsafe', 'tests.engine.ckpt_toys'],
+                      allow_failed_imports=False)
+model = dict(type='CkptToyRegressor')
+train_dataloader = dict(
+    batch_size=2, num_workers=0,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    collate_fn=dict(type='pseudo_collate'),
+    dataset=dict(type='CkptToyDataset', length=8))
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs={max_epochs})
+optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.01, momentum=0.9))
+param_scheduler = [dict(type='MultiStepLR', milestones=[2], by_epoch=True)]
+default_hooks = dict(
+    timer=dict(type='IterTimerHook'),
+    logger=dict(type='LoggerHook', interval=1),
+    param_scheduler=dict(type='ParamSchedulerHook'),
+    checkpoint=dict(type='CheckpointHook', interval=1,
+                    max_keep_ckpts={max_keep}))
+custom_hooks = {custom_hooks}
+env_cfg = dict(dist_cfg=dict(backend='gloo'))
+randomness = dict(seed=0)
+"""
+
+
+def _config(tmp_path, max_epochs=3, max_keep=-1, custom_hooks='[]'):
+    return write_config(
+        str(tmp_path / 'toy.py'),
+        TOY_CONFIG.format(max_epochs=max_epochs, max_keep=max_keep,
+                          custom_hooks=custom_hooks))
+
+
+def test_atomic_save_replaces_whole_file_or_nothing(tmp_path):
+    import mmsafe  # noqa: F401
+    from mmengine.runner import save_checkpoint
+    from mmengine.runner.checkpoint import _load_checkpoint
+    path = str(tmp_path / 'iter_1.pth')
+    save_checkpoint(dict(meta=dict(iter=1), state_dict={}), path)
+    assert _load_checkpoint(path)['meta']['iter'] == 1
+
+    class Unpicklable:
+
+        def __reduce__(self):
+            raise RuntimeError('disk full (simulated)')
+
+    with pytest.raises(RuntimeError, match='disk full'):
+        save_checkpoint(dict(meta=dict(iter=2), bad=Unpicklable()), path)
+    # The failed save left the previous checkpoint intact and no temp file.
+    assert _load_checkpoint(path)['meta']['iter'] == 1
+    assert os.listdir(tmp_path) == ['iter_1.pth']
+    # A temp file of a killed writer (dead pid) is removed by the next save.
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    stale = tmp_path / f'.iter_3.pth.{dead.pid}.mmsafe-tmp'
+    stale.write_bytes(b'PK partial')
+    save_checkpoint(dict(meta=dict(iter=3), state_dict={}),
+                    str(tmp_path / 'iter_3.pth'))
+    assert sorted(os.listdir(tmp_path)) == ['iter_1.pth', 'iter_3.pth']
+
+
+def test_truncated_newest_checkpoint_is_skipped_on_auto_resume(tmp_path):
+    config = _config(tmp_path)
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, timeout=300, args=['--work-dir', work_dir])
+    assert result.returncode == 0, result
+    newest = osp.join(work_dir, 'epoch_3.pth')
+    with open(osp.join(work_dir, 'last_checkpoint')) as f:
+        assert f.read().strip() == newest
+    size = osp.getsize(newest)
+    with open(newest, 'r+b') as f:
+        f.truncate(size // 2)
+
+    # Without mmsafe, MMEngine resumes from what last_checkpoint names and
+    # dies on the truncated file.
+    from mmengine.runner.checkpoint import CheckpointLoader
+    with pytest.raises(RuntimeError, match='zip archive'):
+        CheckpointLoader.load_checkpoint(newest)
+
+    result = run_train(config, timeout=300, args=[
+        '--work-dir', work_dir, '--resume', '--cfg-options',
+        'train_cfg.max_epochs=4'])
+    assert result.returncode == 0, result
+    out = result.output
+    assert f'Skipping checkpoint {newest} for auto-resume' in out, result
+    assert 'resumed epoch: 2, iter: 8' in out, result
+    assert 'Epoch(train) [3][4/4]' in out and 'Epoch(train) [4][4/4]' in out
+    # The rerun of epoch 3 replaced the truncated file with a whole one.
+    from mmengine.runner.checkpoint import _load_checkpoint
+    assert _load_checkpoint(newest)['meta']['epoch'] == 3
+    from mmsafe.events import read_events
+    skipped = read_events(work_dir, 'resume_skipped_checkpoint')
+    assert [r['checkpoint'] for r in skipped] == [newest]
+    assert skipped[0]['chosen'] == osp.join(work_dir, 'epoch_2.pth')
+
+
+def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
+    import mmsafe  # noqa: F401
+    from mmengine.runner import find_latest_checkpoint
+    path = tmp_path / 'epoch_1.pth'
+    path.write_bytes(b'PK\x03\x04 not really a checkpoint')
+    (tmp_path / 'last_checkpoint').write_text(str(path))
+    with pytest.raises(RuntimeError, match='no checkpoint in .* loads'):
+        find_latest_checkpoint(str(tmp_path))
+    assert find_latest_checkpoint(str(tmp_path / 'empty')) is None
+
+
+def _wait_for(path, proc, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if osp.exists(path):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def test_kill_during_save_then_resume(tmp_path):
+    """kill -9 while epoch_2.pth is being written (slow storage simulated
+    with a slow fsync), with max_keep_ckpts=1; resume continues from
+    epoch_1."""
+    hooks = "[dict(type='SlowCheckpointStorageHook', after_saves=1, " \
+        "delay=300)]"
+    config = _config(tmp_path, max_keep=1, custom_hooks=hooks)
+    work_dir = str(tmp_path / 'work')
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1',
+               PYTHONPATH=REPO_ROOT + os.pathsep +
+               os.environ.get('PYTHONPATH', ''))
+    log = open(tmp_path / 'killed.log', 'w')
+    proc = subprocess.Popen(
+        [sys.executable, TRAIN, config, '--work-dir', work_dir],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        started = _wait_for(osp.join(work_dir, 'slow_save_started'), proc,
+                            timeout=300)
+        # While epoch_2 is being written: epoch_1 (to be removed by
+        # max_keep_ckpts=1) is still there and last_checkpoint names it.
+        assert started, open(tmp_path / 'killed.log').read()[-4000:]
+        assert osp.exists(osp.join(work_dir, 'epoch_1.pth'))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        log.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert not osp.exists(osp.join(work_dir, 'epoch_2.pth'))
+    temps = glob.glob(osp.join(work_dir, '.epoch_2.pth.*.mmsafe-tmp'))
+    assert len(temps) == 1
+    with open(osp.join(work_dir, 'last_checkpoint')) as f:
+        assert f.read().strip() == osp.join(work_dir, 'epoch_1.pth')
+
+    result = run_train(config, timeout=300, args=[
+        '--work-dir', work_dir, '--resume', '--cfg-options',
+        'custom_hooks.0.after_saves=1000'])
+    assert result.returncode == 0, result
+    assert 'resumed epoch: 1, iter: 4' in result.output, result
+    assert 'Epoch(train) [3][4/4]' in result.output, result
+    assert 'left by an interrupted checkpoint save' in result.output
+    assert not glob.glob(osp.join(work_dir, '.*.mmsafe-tmp'))
+    assert sorted(osp.basename(p) for p in glob.glob(
+        osp.join(work_dir, '*.pth'))) == ['epoch_3.pth']

@@ -1,0 +1,111 @@
+"""SafetyReportHook on real runs through tools/train.py: a finished run, a
+resumed one, a 2-rank gloo run and crashing runs."""
+import json
+import os.path as osp
+
+from tests.engine.test_atomic_checkpoint import TOY_CONFIG
+from tests.utils import run_train, write_config
+
+HOOKS = ("[dict(type='FakeGuardHook', skip_iters=(1, 3), "
+         "empty_iters_rank1=(2, )), dict(type='SafetyReportHook')]")
+
+
+def _config(tmp_path, crash_at_iter=None, max_epochs=2):
+    text = TOY_CONFIG.format(max_epochs=max_epochs, max_keep=-1,
+                             custom_hooks=HOOKS)
+    if crash_at_iter is not None:
+        text = text.replace(
+            "model = dict(type='CkptToyRegressor')",
+            f"model = dict(type='CkptToyRegressor', "
+            f"crash_at_iter={crash_at_iter})")
+    return write_config(str(tmp_path / 'report.py'), text)
+
+
+def _report(work_dir, name='safety_report.json'):
+    with open(osp.join(work_dir, name)) as f:
+        return json.load(f)
+
+
+def test_report_after_finished_and_resumed_run(tmp_path):
+    config = _config(tmp_path)
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, timeout=300, args=['--work-dir', work_dir])
+    assert result.returncode == 0, result
+    report = _report(work_dir)
+    assert report['status'] == 'finished' and report['exception'] is None
+    assert report['iter'] == 8 and report['epoch'] == 2
+    assert report['ranks_reported'] == [0]
+    skipped = report['summary']['skipped_steps']
+    assert skipped['by_cause'] == {'nan_loss': 1, 'inf_grad': 1}
+    assert skipped['iterations'] == 2
+    assert skipped['counters']['step_guard'] == {'0': {'skipped': 2}}
+    assert report['summary']['empty_batches']['events'] == 0
+    assert report['summary']['resumes']['events'] == 0
+    assert report['events']['by_kind'] == {'step_skip': 2}
+    assert 'Safety report: finished at epoch 2, iteration 8/8' in \
+        result.output
+    assert 'skipped_steps    : 2 events at 2 iterations' in result.output
+
+    result = run_train(config, timeout=300, args=[
+        '--work-dir', work_dir, '--resume', '--cfg-options',
+        'train_cfg.max_epochs=3'])
+    assert result.returncode == 0, result
+    report = _report(work_dir)
+    resumes = report['summary']['resumes']
+    assert resumes['events'] == 1
+    assert resumes['last']['checkpoint'] == osp.join(work_dir, 'epoch_2.pth')
+    assert resumes['counters']['resume']['0']['count'] == 1
+    assert report['iter'] == 12
+    # Events of the first attempt stay in the report of the whole run.
+    assert report['summary']['skipped_steps']['events'] == 2
+
+
+def test_report_gathers_all_ranks(tmp_path):
+    config = _config(tmp_path)
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, nproc=2, timeout=400,
+                       args=['--work-dir', work_dir])
+    assert result.returncode == 0, result
+    report = _report(work_dir)
+    assert report['world_size'] == 2 and report['ranks_reported'] == [0, 1]
+    empty = report['summary']['empty_batches']
+    assert empty['events'] == 1 and empty['last']['rank'] == 1
+    assert empty['counters']['empty_batch'] == {'0': {'empty': 0},
+                                                '1': {'empty': 1}}
+    # Both ranks log the same collective skip; it counts once per cause.
+    skipped = report['summary']['skipped_steps']
+    assert skipped['events'] == 4
+    assert skipped['by_cause'] == {'nan_loss': 1, 'inf_grad': 1}
+    assert 'differs across ranks' in result.output
+    assert not osp.exists(osp.join(work_dir, 'safety_report_rank1.json'))
+
+
+def test_report_when_training_crashes(tmp_path):
+    config = _config(tmp_path, crash_at_iter=5)
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, timeout=300, args=['--work-dir', work_dir])
+    assert result.returncode != 0, result
+    assert 'ValueError: toy crash at iteration 5' in result.output
+    report = _report(work_dir)
+    assert report['status'] == 'crashed'
+    assert report['exception']['type'] == 'ValueError'
+    assert report['exception']['message'] == 'toy crash at iteration 5'
+    assert any('toy crash' in line
+               for line in report['exception']['traceback'])
+    assert report['iter'] == 5
+    assert report['summary']['skipped_steps']['by_cause'] == {
+        'nan_loss': 1, 'inf_grad': 1}
+    assert 'Safety report: crashed' in result.output
+
+
+def test_report_when_resume_fails(tmp_path):
+    config = _config(tmp_path)
+    work_dir = str(tmp_path / 'work')
+    missing = str(tmp_path / 'missing.pth')
+    result = run_train(config, timeout=300,
+                       args=['--work-dir', work_dir, '--resume', missing])
+    assert result.returncode != 0, result
+    report = _report(work_dir)
+    assert report['status'] == 'crashed'
+    assert report['exception']['type'] == 'FileNotFoundError'
+    assert missing in report['exception']['message']
