@@ -205,9 +205,10 @@ def check_checkpoints(ctx: PreflightContext) -> Iterator[CheckRow]:
                 from mmengine.runner import find_latest_checkpoint
                 target = find_latest_checkpoint(work_dir)
             except Exception as err:  # no checkpoint there loads
-                yield CheckRow('error', NAME,
-                               f'Auto-resume: {first_line(err)}', 'resume', 'Remove the broken checkpoints or '
-                               'resume from an explicit file (--resume PATH).')
+                yield CheckRow(
+                    'error', NAME, f'Auto-resume: {first_line(err)}',
+                    'resume', 'Remove the broken checkpoints or resume from '
+                    'an explicit file (--resume PATH).')
                 return
         if target is None:
             yield CheckRow('info', NAME, f'resume=True but {work_dir} has no '

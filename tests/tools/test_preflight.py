@@ -1,0 +1,486 @@
+"""tools/preflight.py: a healthy config passes, each broken setting gives
+its error row (where in the config, how to fix), and the CLI exit status
+follows.
+
+The configs are the CPU demo (configs/llvip/demo_cpu.py) pointed at a tiny
+synthetic LLVIP tree in a temporary folder; each case breaks one setting of
+it the way users do (a typo, a missing file, a corrupt image, a value that
+PyTorch or MMEngine rejects only after minutes of start-up).
+"""
+import importlib.util
+import io
+import json
+import os
+import os.path as osp
+import shutil
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from tests.utils import REPO_ROOT, run_command, write_config
+
+PREFLIGHT = osp.join(REPO_ROOT, 'tools', 'preflight.py')
+DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
+SYNTHETIC = dict(num_train=6, num_test=4, img_size=(96, 80), seed=0)
+
+pytestmark = pytest.mark.skipif(
+    not osp.exists(DEMO), reason='configs/llvip/demo_cpu.py not there yet')
+
+
+def _load_cli():
+    spec = importlib.util.spec_from_file_location('mmsafe_tools_preflight',
+                                                  PREFLIGHT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def cli():
+    return _load_cli()
+
+
+@pytest.fixture(scope='module')
+def llvip_tree(tmp_path_factory):
+    """A tiny LLVIP tree (6 train + 4 test pairs of 96x80), made once."""
+    from mmsafe.datasets.synthetic_llvip import ensure_synthetic_llvip
+    root = str(tmp_path_factory.mktemp('llvip') / 'LLVIP')
+    ensure_synthetic_llvip(root, **SYNTHETIC)
+    return root
+
+
+def healthy_config(directory: str, data_root: str, extra: str = '') -> str:
+    """The demo config on ``data_root`` (read as real data: no synthetic
+    generation), so breaking a file there is seen as a user would see it."""
+    return write_config(
+        osp.join(directory, 'cfg.py'), textwrap.dedent(f"""
+        _base_ = [{DEMO!r}]
+        data_root = {data_root + '/'!r}
+        train_dataloader = dict(
+            batch_size=2,
+            dataset=dict(data_root=data_root, synthetic=None))
+        val_dataloader = dict(
+            batch_size=1,
+            dataset=dict(data_root=data_root, synthetic=None))
+        test_dataloader = val_dataloader
+        train_cfg = dict(max_epochs=1, val_interval=1)
+        custom_hooks = []
+        """) + textwrap.dedent(extra))
+
+
+def preflight(cli, config: str, work_dir: str, modify=None, args=(),
+              **kwargs):
+    """Resolve ``config`` as tools/train.py does, apply ``modify(cfg)`` (the
+    broken setting) and run the checks in this process."""
+    from mmsafe.preflight import run_preflight
+    parsed = cli.parse_args([config, '--work-dir', work_dir, *args])
+    cfg = cli.load_train_module().build_cfg(parsed)
+    if modify is not None:
+        modify(cfg)
+    return run_preflight(cfg, parsed.launcher, **kwargs)
+
+
+def error_rows(report, check):
+    return [r for r in report.rows if r.check == check and
+            r.status == 'error']
+
+
+@pytest.fixture
+def healthy(tmp_path, llvip_tree):
+    return healthy_config(str(tmp_path), llvip_tree)
+
+
+# ---------------------------------------------------------------------------
+# healthy configs
+# ---------------------------------------------------------------------------
+def test_healthy_config_passes(cli, healthy, tmp_path, capsys):
+    code = cli.main([healthy, '--work-dir', str(tmp_path / 'work')])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert 'preflight passed' in out
+    # every check ran and said something
+    for check in ('console', 'registry', 'model', 'data', 'dataloader',
+                  'batch', 'amp', 'checkpoint', 'work_dir', 'visualizer',
+                  'distributed', 'guards'):
+        assert f' {check} ' in out, (check, out)
+    assert 'sampled image pairs open' in out
+    assert 'The pipeline runs on item 0' in out
+
+
+def test_demo_config_passes_via_cli_json(tmp_path):
+    """The real CLI (``__main__``) on the unmodified demo config."""
+    result = run_command(
+        [sys.executable, PREFLIGHT, DEMO, '--work-dir',
+         str(tmp_path / 'work'), '--json'], timeout=600)
+    assert result.returncode == 0, result
+    start = result.output.index('{\n')
+    report = json.loads(result.output[start:result.output.rindex('}') + 1])
+    assert report['ok'] is True and report['counts']['error'] == 0
+    assert report['seconds'] < 60, report['timings']
+
+
+# ---------------------------------------------------------------------------
+# broken settings: each gives its error row
+# ---------------------------------------------------------------------------
+def _set(path, value):
+    """A modifier that sets ``cfg.<path>`` (dots; [i] for list items)."""
+
+    def modify(cfg):
+        node = cfg
+        parts = path.replace('[', '.[').split('.')
+        for part in parts[:-1]:
+            node = node[int(part[1:-1])] if part.startswith('[') else \
+                node[part]
+        last = parts[-1]
+        if last.startswith('['):
+            node[int(last[1:-1])] = value
+        else:
+            node[last] = value
+
+    return modify
+
+
+BROKEN = [
+    # (id, modifier, check, where, words in `what`)
+    ('model-type-typo', _set('model.backbone.type', 'ResNett'), 'registry',
+     'model.backbone.type', "Did you mean 'ResNet'"),
+    ('transform-typo',
+     _set('train_dataloader.dataset.pipeline[2].type', 'PairedResise'),
+     'registry', 'train_dataloader.dataset.pipeline[2].type',
+     "'PairedResize'"),
+    ('hook-typo', _set('custom_hooks', [dict(type='CheckpointHok')]),
+     'registry', 'custom_hooks[0].type', "'CheckpointHook'"),
+    ('metric-typo', _set('val_evaluator.type', 'VOCMetrik'), 'registry',
+     'val_evaluator.type', "'VOCMetric'"),
+    ('optimizer-typo', _set('optim_wrapper.optimizer.type', 'AdamWW'),
+     'registry', 'optim_wrapper.optimizer.type', "'AdamW'"),
+    ('model-bad-argument', _set('model.backbone.depth', 19), 'model',
+     'model', 'invalid depth'),
+    ('data-root-missing',
+     _set('train_dataloader.dataset.data_root', '/nonexistent/LLVIP/'),
+     'data', 'train_dataloader.dataset.data_root', 'does not exist'),
+    ('ann-file-missing',
+     _set('train_dataloader.dataset.ann_file', 'ImageSets/train.txt'),
+     'data', 'train_dataloader.dataset.ann_file', 'does not exist'),
+    ('prefix-missing',
+     _set('val_dataloader.dataset.data_prefix.img', 'visible/val/'), 'data',
+     'val_dataloader.dataset.data_prefix.img', 'does not exist'),
+    ('persistent-workers-without-workers',
+     _set('train_dataloader.persistent_workers', True), 'dataloader',
+     'train_dataloader.persistent_workers', 'num_workers > 0'),
+    ('prefetch-without-workers', _set('val_dataloader.prefetch_factor', 2),
+     'dataloader', 'val_dataloader.prefetch_factor', 'multiprocessing'),
+    ('negative-workers', _set('train_dataloader.num_workers', -1),
+     'dataloader', 'train_dataloader.num_workers', 'non-negative'),
+    ('batch-size-zero', _set('train_dataloader.batch_size', 0), 'batch',
+     'train_dataloader.batch_size', 'rounded it down'),
+    ('batch-size-float', _set('train_dataloader.batch_size', 0.5), 'batch',
+     'train_dataloader.batch_size', 'float'),
+    ('accumulative-counts-zero',
+     _set('optim_wrapper.accumulative_counts', 0), 'batch',
+     'optim_wrapper.accumulative_counts', 'accumulative_counts is 0'),
+    # 6 train items / batch 2 x 1 epoch = 3 iterations < 8
+    ('accumulative-counts-over-run',
+     _set('optim_wrapper.accumulative_counts', 8), 'batch',
+     'optim_wrapper.accumulative_counts', '3 training iterations'),
+    ('amp-optim-wrapper-on-cpu',
+     _set('optim_wrapper.type', 'AmpOptimWrapper'), 'amp',
+     'optim_wrapper.type', 'needs a GPU'),
+    ('amp-bad-dtype', lambda cfg: cfg.optim_wrapper.update(
+        type='AmpNaNSkipOptimWrapper', dtype='float8'), 'amp',
+     'optim_wrapper.dtype', 'float8'),
+    ('load-from-missing', _set('load_from', '/nonexistent/epoch_12.pth'),
+     'checkpoint', 'load_from', 'does not exist'),
+    ('pretrained-missing',
+     _set('model.backbone.init_cfg',
+          dict(type='Pretrained', checkpoint='/nonexistent/r18.pth')),
+     'checkpoint', 'model.backbone.init_cfg.checkpoint', 'does not exist'),
+    ('disk-too-small',
+     _set('default_hooks.checkpoint.max_keep_ckpts', 10**9), 'work_dir',
+     'default_hooks.checkpoint.max_keep_ckpts', 'Not enough disk space'),
+    ('tensorboard-backend-unknown',
+     _set('visualizer.vis_backends[1].type', 'TensorBoardVisBackend'),
+     'registry', 'visualizer.vis_backends[1].type',
+     "'TensorboardVisBackend'"),
+    ('sync-bn-value', _set('sync_bn', 'apex'), 'distributed', 'sync_bn',
+     "'torch' or 'mmcv'"),
+]
+
+
+@pytest.mark.parametrize('modify,check,where,words',
+                         [case[1:] for case in BROKEN],
+                         ids=[case[0] for case in BROKEN])
+def test_broken_setting_gives_its_error_row(cli, healthy, tmp_path, modify,
+                                            check, where, words):
+    if check == 'amp' and torch.cuda.is_available():
+        pytest.skip('AMP errors are about machines without CUDA')
+    report = preflight(cli, healthy, str(tmp_path / 'work'), modify)
+    rows = error_rows(report, check)
+    assert report.has_errors
+    assert any(r.where == where and words in r.what and r.fix
+               for r in rows), report.format_text()
+
+
+def test_healthy_config_has_none_of_those_rows(cli, healthy, tmp_path):
+    report = preflight(cli, healthy, str(tmp_path / 'work'))
+    assert not report.has_errors, report.format_text()
+    assert report.find('batch', 'ok')[0].what.startswith(
+        '2 samples per device x 1 accumulated')
+
+
+def test_integer_division_batch_from_config_variables(cli, tmp_path,
+                                                      llvip_tree):
+    """``max_img_per_gpu // sequence_length`` rounds the batch to 0."""
+    config = healthy_config(
+        str(tmp_path), llvip_tree, """
+        max_img_per_gpu = 2
+        sequence_length = 4
+        imgs_per_gpu = max_img_per_gpu // sequence_length
+        train_dataloader = dict(batch_size=imgs_per_gpu)
+        """)
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    wheres = {r.where for r in error_rows(report, 'batch')}
+    assert {'imgs_per_gpu', 'train_dataloader.batch_size'} <= wheres
+
+
+@pytest.fixture
+def own_tree(tmp_path, llvip_tree):
+    """A private copy of the tree that a test may break."""
+    root = str(tmp_path / 'LLVIP')
+    shutil.copytree(llvip_tree, root)
+    return root
+
+
+def _first(folder):
+    return osp.join(folder, sorted(os.listdir(folder))[0])
+
+
+def test_missing_infrared_partner(cli, tmp_path, own_tree):
+    os.remove(_first(osp.join(own_tree, 'infrared', 'train')))
+    config = healthy_config(str(tmp_path), own_tree)
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    rows = error_rows(report, 'data')
+    assert any(r.where == 'train_dataloader.dataset' and
+               'does not build' in r.what and 'infrared' in r.what
+               for r in rows), report.format_text()
+
+
+def test_corrupt_visible_image(cli, tmp_path, own_tree):
+    path = _first(osp.join(own_tree, 'visible', 'train'))
+    with open(path, 'wb') as f:
+        f.write(b'not a jpeg at all')
+    config = healthy_config(str(tmp_path), own_tree)
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    rows = error_rows(report, 'data')
+    assert any('cannot be decoded' in r.what and osp.basename(path) in r.what
+               for r in rows), report.format_text()
+
+
+def test_pair_size_mismatch(cli, tmp_path, own_tree):
+    import cv2
+    import numpy as np
+    path = _first(osp.join(own_tree, 'infrared', 'test'))
+    cv2.imwrite(path, np.zeros((40, 50, 3), np.uint8))
+    config = healthy_config(str(tmp_path), own_tree)
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    rows = error_rows(report, 'data')
+    assert any(r.where == 'val_dataloader.dataset' and
+               'must share height and width' in r.what
+               for r in rows), report.format_text()
+
+
+def _save(path, obj):
+    torch.save(obj, path)
+    return str(path)
+
+
+def test_load_from_with_untrusted_object(cli, healthy, tmp_path):
+    import argparse
+    ckpt = _save(tmp_path / 'evil.pth',
+                 dict(state_dict={}, extra=argparse.Namespace(a=1)))
+    report = preflight(cli, healthy, str(tmp_path / 'work'),
+                       _set('load_from', ckpt))
+    rows = error_rows(report, 'checkpoint')
+    assert any('does not load safely' in r.what and
+               'argparse.Namespace' in r.what and
+               'mmsafe_trusted_globals' in r.fix for r in rows), \
+        report.format_text()
+
+
+def test_load_from_of_another_model_and_resume_without_state(
+        cli, healthy, tmp_path):
+    ckpt = _save(tmp_path / 'other.pth',
+                 dict(state_dict={'head.weight': torch.zeros(2, 2)}))
+    report = preflight(cli, healthy, str(tmp_path / 'work'),
+                       args=['--resume', ckpt])
+    rows = error_rows(report, 'checkpoint')
+    # --resume PATH puts PATH in load_from, with resume=True
+    assert any(r.where == 'load_from' and 'cannot be resumed' in r.what
+               for r in rows), report.format_text()
+    report = preflight(cli, healthy, str(tmp_path / 'work'),
+                       _set('load_from', ckpt))
+    warn = report.find('checkpoint', 'warn')
+    assert any('belongs to another model' in r.what for r in warn), \
+        report.format_text()
+
+
+def test_load_from_of_this_model_passes(cli, healthy, tmp_path):
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmdet.registry import MODELS
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        model = MODELS.build(Config.fromfile(healthy).model)
+    ckpt = _save(tmp_path / 'mine.pth', dict(
+        meta=dict(epoch=1, iter=3), state_dict=model.state_dict()))
+    report = preflight(cli, healthy, str(tmp_path / 'work'),
+                       args=['--resume', ckpt])
+    assert not report.has_errors, report.format_text()
+    assert any('loads with weights_only=True' in r.what
+               for r in report.find('checkpoint', 'ok'))
+
+
+def test_work_dir_not_writable(cli, healthy, tmp_path):
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('x')
+    report = preflight(cli, healthy, str(blocker / 'work'))
+    rows = error_rows(report, 'work_dir')
+    assert any(r.where == 'work_dir' and 'cannot be created' in r.what
+               for r in rows), report.format_text()
+
+
+def test_tensorboard_not_importable(cli, healthy, tmp_path, monkeypatch):
+    # None in sys.modules makes `import torch.utils.tensorboard` fail, as
+    # on a machine without the tensorboard package.
+    monkeypatch.setitem(sys.modules, 'torch.utils.tensorboard', None)
+    report = preflight(cli, healthy, str(tmp_path / 'work'))
+    rows = error_rows(report, 'visualizer')
+    assert any(r.where == 'visualizer.vis_backends[1]' and
+               'pip install tensorboard' in r.fix for r in rows), \
+        report.format_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='CPU-only behaviour')
+def test_sync_bn_for_the_launcher(cli, healthy, tmp_path):
+    sync = _set('model.backbone.norm_cfg', dict(type='SyncBN'))
+    report = preflight(cli, healthy, str(tmp_path / 'work'), sync,
+                       args=['--launcher', 'pytorch'])
+    rows = error_rows(report, 'distributed')
+    assert any(r.where == 'model.backbone.norm_cfg.type' and
+               'expected input tensor to be on GPU' in r.what
+               for r in rows), report.format_text()
+    report = preflight(cli, healthy, str(tmp_path / 'work'), sync)
+    assert not error_rows(report, 'distributed')
+    assert any('reverts it to BN' in r.what
+               for r in report.find('distributed', 'warn'))
+
+
+def test_find_unused_parameters_without_ddp_is_a_note(cli, healthy,
+                                                      tmp_path):
+    report = preflight(cli, healthy, str(tmp_path / 'work'),
+                       _set('find_unused_parameters', True))
+    assert not report.has_errors
+    assert any('no effect without DDP' in r.what
+               for r in report.find('distributed', 'info'))
+
+
+def test_torchrun_without_launcher(cli, healthy, tmp_path, monkeypatch):
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    report = preflight(cli, healthy, str(tmp_path / 'work'))
+    assert any('--launcher pytorch' in r.fix
+               for r in error_rows(report, 'distributed'))
+
+
+def _workers(cfg):
+    cfg.train_dataloader.num_workers = 2
+    cfg.train_dataloader.persistent_workers = True
+
+
+@pytest.mark.parametrize('system,mp_method', [('Windows', 'fork'),
+                                              ('Linux', 'spawn')])
+def test_spawn_with_paired_workers_gets_deadlock_advice(
+        cli, healthy, tmp_path, system, mp_method):
+    def modify(cfg):
+        _workers(cfg)
+        cfg.env_cfg.mp_cfg.mp_start_method = mp_method
+
+    report = preflight(cli, healthy, str(tmp_path / 'work'), modify,
+                       system=system)
+    warn = [r for r in report.find('dataloader', 'warn')
+            if r.where == 'train_dataloader.num_workers']
+    assert warn and 'deadlocked' in warn[0].what, report.format_text()
+    assert 'num_workers=0' in warn[0].fix and \
+        'persistent_workers=False' in warn[0].fix and \
+        'DataLoaderProbeHook' in warn[0].fix
+    # fork on Linux: no advice
+    report = preflight(cli, healthy, str(tmp_path / 'work'), _workers,
+                       system='Linux')
+    assert not report.find('dataloader', 'warn')
+
+
+def test_console_that_cannot_print_the_config(cli, tmp_path, llvip_tree,
+                                              monkeypatch):
+    config = healthy_config(str(tmp_path), llvip_tree,
+                            "\n# classes: ('行人',) = person\n")
+    cp1252 = io.TextIOWrapper(io.BytesIO(), encoding='cp1252')
+    monkeypatch.setattr(sys, 'stdout', cp1252)
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    rows = error_rows(report, 'console')
+    assert rows and 'cp1252' in rows[0].what and 'U+884C' in rows[0].what
+    assert 'PYTHONUTF8=1' in rows[0].fix
+    # printing the report itself never fails on that console
+    report.print(cp1252)
+
+
+def test_cli_exit_status_and_console_encoding(tmp_path, llvip_tree):
+    """The real CLI with an ASCII console: exit 1 and the console row."""
+    config = healthy_config(str(tmp_path), llvip_tree,
+                            "\n# Fußgänger = person\n")
+    result = run_command(
+        [sys.executable, PREFLIGHT, config, '--work-dir',
+         str(tmp_path / 'work'), '--skip', 'data', 'model', 'work_dir'],
+        timeout=600, env=dict(PYTHONIOENCODING='ascii', PYTHONUTF8='0'))
+    assert result.returncode == 1, result
+    assert 'ERROR   console' in result.output
+    assert 'U+00DF' in result.output
+
+
+def test_config_that_does_not_load(cli, tmp_path, capsys):
+    config = write_config(str(tmp_path / 'bad.py'),
+                          "_base_ = ['./no_such_base.py']\n")
+    code = cli.main([config, '--json'])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report['ok'] is False
+    assert report['rows'][0]['check'] == 'config'
+    assert 'no_such_base' in report['rows'][0]['what']
+
+
+def test_a_failing_check_is_an_error_not_swallowed(cli, healthy, tmp_path,
+                                                   monkeypatch):
+    from mmsafe.preflight import runner
+
+    def broken_check(ctx):
+        raise RuntimeError('boom')
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(runner, 'CHECKS', [('broken', broken_check)])
+    report = preflight(cli, healthy, str(tmp_path / 'work'))
+    assert report.has_errors
+    assert report.rows[0].check == 'broken' and 'boom' in report.rows[0].what
+    assert '--skip broken' in report.rows[0].fix
+
+
+def test_gate_refuses_on_errors(healthy, tmp_path, capsys):
+    from mmengine.config import Config
+
+    from mmsafe.preflight import preflight_gate
+    cfg = Config.fromfile(healthy)
+    cfg.work_dir = str(tmp_path / 'work')
+    cfg.train_dataloader.persistent_workers = True
+    with pytest.raises(SystemExit, match='training was not started'):
+        preflight_gate(cfg, 'none')
+    out = ' '.join(capsys.readouterr().out.split())  # the table wraps
+    assert 'persistent_workers option needs' in out
+    report = preflight_gate(cfg, 'none', strict=False)
+    assert report.has_errors
