@@ -1,6 +1,7 @@
 """Make any MMDetection detection dataset visible + infrared paired."""
 import copy
 import json
+import os
 import os.path as osp
 import re
 import xml.etree.ElementTree as ET
@@ -80,6 +81,9 @@ class PartnerRule:
     def resolve(self, info: dict, dataset: Any) -> Optional[str]:
         """Partner path of ``info``, or None when the rule does not apply."""
         img_path = info['img_path']
+        if os.sep != '/':
+            # rules are written with '/'; Windows paths may mix separators
+            img_path = img_path.replace(os.sep, '/')
         if self.mode == 'find/replace':
             if self.rule['find'] not in img_path:
                 return None

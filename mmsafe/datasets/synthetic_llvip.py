@@ -143,8 +143,10 @@ def render_pair(params: Dict, split: str, index: int
                 _smooth_noise(rng, width, height, 4, 6))
     vis = vis_grey[..., None] + tint[None, None, :]
     for _ in range(int(rng.integers(1, 5))):
-        sw, sh = rng.uniform(0.15, 0.6) * width, rng.uniform(0.1, 0.45) * height
-        sx, sy = rng.uniform(-0.1, 0.9) * width, rng.uniform(-0.1, 0.8) * height
+        sw = rng.uniform(0.15, 0.6) * width
+        sh = rng.uniform(0.1, 0.45) * height
+        sx = rng.uniform(-0.1, 0.9) * width
+        sy = rng.uniform(-0.1, 0.8) * height
         region = (slice(max(0, int(sy)), max(0, int(sy + sh))),
                   slice(max(0, int(sx)), max(0, int(sx + sw))))
         vis[region] += rng.uniform(-18, 25)
