@@ -1,0 +1,346 @@
+"""Check that the MACL loss exists, is sane, and learns beyond chance."""
+import logging
+import math
+from typing import Optional
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+
+from mmdet.registry import HOOKS
+
+from mmsafe.dist import StepConsensus, get_rank, get_world_size
+from mmsafe.events import log, update_counters, write_event
+
+_POLICIES = ('warn', 'raise')
+_PREFIX = 'macl_check/'
+# Values every rank posts to the step consensus (declared in __init__).
+_NAMES = ('seen', 'missing', 'nonfinite', 'zero', 'ratio_sum', 'ratio_count',
+          'gap_sum', 'gap_count')
+
+
+@HOOKS.register_module()
+class MACLCheckHook(Hook):
+    """Watch the cross-modal MACL loss from the first iteration on.
+
+    Three checks, each aimed at a failure that once went unnoticed for days:
+
+    1. Presence (first ``check_iters`` iterations): ``loss_key`` must be in
+       the loss dict on every rank, finite, and non-zero (a zero is excused
+       when the MACL head had fewer than 2 pairs to contrast). Each rank
+       posts its flags to :class:`~mmsafe.dist.StepConsensus`, so all ranks
+       see the same sums and warn or raise together; none hangs.
+    2. Chance level: an InfoNCE over ``B`` candidates sits at ``ln(B)`` when
+       the embeddings carry no pairing information. The hook publishes
+       ``train/macl_chance_ratio`` = unweighted loss / ln(B) (mean over
+       ranks; TensorBoard shows it with the other ``train/`` scalars) and
+       warns when its mean over ``chance_window`` iterations after
+       ``chance_warmup`` iterations is at or above ``chance_threshold``:
+       pairing broken or modalities misaligned.
+    3. Shuffled-pair control (``control_interval`` > 0): every K iterations,
+       with no grad, the head embeds the batch's visible and infrared
+       features and compares the mean cosine similarity of true pairs with
+       that of mismatched pairs (infrared rolled by one within the batch).
+       After ``control_warmup`` iterations it warns when true pairs are not
+       better by at least ``control_margin``.
+
+    ``B`` and the unweighted loss come from the MACL head when it exposes
+    ``last_num_pairs`` / ``last_unweighted_loss`` (mmsafe's ``MACLHead``);
+    otherwise ``B`` is ``num_pairs`` (or the batch size) and the loss is
+    divided by ``loss_weight``.
+
+    Args:
+        loss_key (str): Key of the MACL loss. Defaults to ``'loss_macl'``.
+        check_iters (int): Iterations in which presence is checked.
+            Defaults to 10.
+        policy (str): ``'raise'`` (default) or ``'warn'`` for a failed
+            presence check.
+        head (str, optional): Attribute path of the MACL head in the
+            unwrapped model (e.g. ``'macl_head'``). Default: the first
+            submodule with a ``last_num_pairs`` attribute.
+        num_pairs (int, optional): ``B`` when the head does not tell.
+        loss_weight (float, optional): Weight of the loss when the head
+            does not tell (default 1.0).
+        chance_warmup (int): Iterations before the chance check. Defaults
+            to 50.
+        chance_window (int): Iterations averaged per chance check. Defaults
+            to 20.
+        chance_threshold (float): Ratio at or above which the loss counts
+            as chance. Defaults to 0.95.
+        control_interval (int): Run the shuffled-pair control every K
+            iterations; 0 disables it. Defaults to 0.
+        control_warmup (int): Iterations before a control can warn.
+            Defaults to 50.
+        control_margin (float): Required cosine-similarity advantage of
+            true over mismatched pairs. Defaults to 0.05.
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self,
+                 loss_key: str = 'loss_macl',
+                 check_iters: int = 10,
+                 policy: str = 'raise',
+                 head: Optional[str] = None,
+                 num_pairs: Optional[int] = None,
+                 loss_weight: Optional[float] = None,
+                 chance_warmup: int = 50,
+                 chance_window: int = 20,
+                 chance_threshold: float = 0.95,
+                 control_interval: int = 0,
+                 control_warmup: int = 50,
+                 control_margin: float = 0.05) -> None:
+        if policy not in _POLICIES:
+            raise ValueError(f'MACLCheckHook.policy must be one of '
+                             f'{_POLICIES}, got {policy!r}')
+        self.loss_key = loss_key
+        self.check_iters = check_iters
+        self.policy = policy
+        self.head_path = head
+        self.num_pairs = num_pairs
+        self.loss_weight = loss_weight
+        self.chance_warmup = chance_warmup
+        self.chance_window = max(1, chance_window)
+        self.chance_threshold = chance_threshold
+        self.control_interval = control_interval
+        self.control_warmup = control_warmup
+        self.control_margin = control_margin
+
+        consensus = StepConsensus.get()
+        for name in _NAMES:
+            consensus.declare(_PREFIX + name)
+        self._head = None
+        self._reduces_seen = 0
+        self._presence_open = True
+        self._window_sum = 0.0
+        self._window_count = 0
+        self._control_armed = False
+        self._control_result: Optional[tuple] = None
+        self._logged = set()
+        self.stats = dict(presence_failures=0, chance_warnings=0,
+                          control_runs=0, control_warnings=0)
+
+    # ------------------------------------------------------------------ #
+    def before_train(self, runner) -> None:
+        model = runner.model.module if is_model_wrapper(
+            runner.model) else runner.model
+        self._head = self._find_head(model)
+        if self._head is None:
+            self._log_once(
+                'nohead', 'MACLCheckHook: no MACL head found in the model '
+                f'(head={self.head_path!r}); B comes from num_pairs or the '
+                'batch size and the shuffled-pair control is off.',
+                logging.WARNING)
+        elif self.control_interval > 0:
+            self._wrap_head_loss(self._head)
+
+    def _find_head(self, model):
+        if self.head_path:
+            head = model
+            for part in self.head_path.split('.'):
+                head = getattr(head, part)
+            return head
+        for module in model.modules():
+            if hasattr(module, 'last_num_pairs'):
+                return module
+        return None
+
+    def _wrap_head_loss(self, head) -> None:
+        """Capture the features the head scores, for the control."""
+        if not all(hasattr(head, a) for a in
+                   ('_select', '_embed', 'vis_projector', 'ir_projector')):
+            self._log_once(
+                'nocontrol', 'MACLCheckHook: the MACL head has no '
+                '_select/_embed/vis_projector/ir_projector; the shuffled-pair '
+                'control is off (set control_interval=0 to silence this).',
+                logging.WARNING)
+            self.control_interval = 0
+            return
+        original = head.loss
+
+        def loss_with_control(vis_feats, ir_feats, *args, **kwargs):
+            if self._control_armed:
+                self._control_armed = False
+                self._control_result = self._score_pairs(
+                    head, vis_feats, ir_feats)
+            return original(vis_feats, ir_feats, *args, **kwargs)
+
+        head.loss = loss_with_control
+
+    @staticmethod
+    @torch.no_grad()
+    def _score_pairs(head, vis_feats, ir_feats) -> Optional[tuple]:
+        vis = head._select(vis_feats, 'visible').detach()
+        ir = head._select(ir_feats, 'infrared').detach()
+        if vis.shape[0] < 2:
+            return None
+        v = head._embed(vis, head.vis_projector)
+        r = head._embed(ir, head.ir_projector)
+        true_sim = (v * r).sum(1).mean().item()
+        # Each visible image against its neighbour's infrared image.
+        mismatched_sim = (v * r.roll(1, dims=0)).sum(1).mean().item()
+        return true_sim, mismatched_sim
+
+    def before_train_iter(self, runner, batch_idx: int,
+                          data_batch=None) -> None:
+        if (self.control_interval > 0
+                and (runner.iter + 1) % self.control_interval == 0):
+            self._control_armed = True
+
+    # ------------------------------------------------------------------ #
+    def _chance_ratio(self, value: float, data_batch) -> Optional[float]:
+        head = self._head
+        num = self.num_pairs
+        unweighted = None
+        weight = self.loss_weight
+        if head is not None:
+            num = num or getattr(head, 'last_num_pairs', None)
+            last = getattr(head, 'last_unweighted_loss', None)
+            if last is not None:
+                unweighted = float(last)
+            if weight is None:
+                weight = getattr(head, 'loss_weight', None)
+        if not num and isinstance(data_batch, dict):
+            num = len(data_batch.get('data_samples') or [])
+        if not num or num < 2:
+            return None
+        if unweighted is None:
+            weight = 1.0 if weight is None else float(weight)
+            if weight == 0:
+                return None
+            unweighted = value / weight
+        return unweighted / math.log(num)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None) -> None:
+        iteration = runner.iter + 1
+        outputs = outputs or {}
+        consensus = StepConsensus.get()
+        value = None
+        if self.loss_key in outputs:
+            value = float(torch.as_tensor(outputs[self.loss_key]).detach())
+        if self._presence_open and runner.iter < self.check_iters:
+            excused = (self._head is not None and
+                       getattr(self._head, 'last_num_pairs', 2) < 2)
+            consensus.post(_PREFIX + 'seen', 1.0)
+            consensus.post(_PREFIX + 'missing', 1.0 if value is None else 0.)
+            consensus.post(_PREFIX + 'nonfinite', 1.0 if (
+                value is not None and not math.isfinite(value)) else 0.)
+            consensus.post(_PREFIX + 'zero', 1.0 if (
+                value == 0.0 and not excused) else 0.)
+        if value is not None and math.isfinite(value):
+            ratio = self._chance_ratio(value, data_batch)
+            if ratio is not None:
+                consensus.post(_PREFIX + 'ratio_sum', ratio)
+                consensus.post(_PREFIX + 'ratio_count', 1.0)
+        if self._control_result is not None:
+            true_sim, mismatched_sim = self._control_result
+            self._control_result = None
+            consensus.post(_PREFIX + 'gap_sum', true_sim - mismatched_sim)
+            consensus.post(_PREFIX + 'gap_count', 1.0)
+
+        # Every rank: a no-op when an mmsafe optim wrapper reduces at its
+        # step (the values above are then reduced at the next step).
+        consensus.reduce_pending()
+        if consensus.num_reduces == self._reduces_seen:
+            return
+        self._reduces_seen = consensus.num_reduces
+        self._evaluate(runner, consensus, iteration, data_batch)
+
+    # ------------------------------------------------------------------ #
+    def _evaluate(self, runner, consensus, iteration: int,
+                  data_batch) -> None:
+        last = lambda name: consensus.last(_PREFIX + name)  # noqa: E731
+        if self._presence_open:
+            if last('seen') > 0:
+                self._check_presence(runner, iteration, last, data_batch)
+            # Closed once the window's last posts have been reduced (with an
+            # mmsafe optim wrapper that happens one step later).
+            if (runner.iter + 1 >= self.check_iters
+                    and consensus.pending(_PREFIX + 'seen') == 0):
+                self._presence_open = False
+        count = last('ratio_count')
+        if count > 0:
+            ratio = last('ratio_sum') / count
+            runner.message_hub.update_scalar('train/macl_chance_ratio', ratio)
+            if iteration > self.chance_warmup:
+                self._window_sum += ratio
+                self._window_count += 1
+                if self._window_count >= self.chance_window:
+                    self._check_chance(runner, iteration)
+        if last('gap_count') > 0:
+            self._check_control(runner, iteration,
+                                last('gap_sum') / last('gap_count'))
+
+    def _check_presence(self, runner, iteration, last, data_batch) -> None:
+        world = get_world_size()
+        problems = []
+        if last('missing') > 0:
+            problems.append(f'{self.loss_key} is missing from the loss dict '
+                            f'({int(last("missing"))} rank-iteration(s) of '
+                            f'{int(last("seen"))} checked, world size '
+                            f'{world})')
+        if last('nonfinite') > 0:
+            problems.append(f'{self.loss_key} is not finite '
+                            f'({int(last("nonfinite"))} time(s))')
+        if last('zero') > 0:
+            problems.append(f'{self.loss_key} is exactly 0 with >= 2 pairs '
+                            f'({int(last("zero"))} time(s)): loss_weight=0 '
+                            'or a detached fallback')
+        if not problems:
+            return
+        self.stats['presence_failures'] += 1
+        update_counters('macl_check', **self.stats)
+        from mmsafe.events import batch_file_names
+        message = (f'MACLCheckHook at iteration {iteration} (rank '
+                   f'{get_rank()}): ' + '; '.join(problems) + '. The '
+                   'cross-modal loss is not training: check that the model '
+                   'has a macl_head and gets paired inputs on every rank.')
+        write_event(runner.work_dir, 'macl_presence', iter=iteration,
+                    problems=problems, policy=self.policy,
+                    files=batch_file_names(data_batch))
+        if self.policy == 'raise':
+            raise RuntimeError(f'[mmsafe] {message} Set MACLCheckHook '
+                               "policy='warn' to only log this.")
+        if self.stats['presence_failures'] == 1:
+            log(message + ' (logged once; every occurrence is in '
+                'mmsafe_events.jsonl)', logging.ERROR)
+
+    def _check_chance(self, runner, iteration: int) -> None:
+        mean = self._window_sum / self._window_count
+        window = self._window_count
+        self._window_sum, self._window_count = 0.0, 0
+        update_counters('macl_check', chance_ratio=mean)
+        if mean < self.chance_threshold:
+            return
+        self.stats['chance_warnings'] += 1
+        update_counters('macl_check', **self.stats)
+        write_event(runner.work_dir, 'macl_chance', iter=iteration,
+                    ratio=mean, window=window,
+                    threshold=self.chance_threshold)
+        log(f'MACLCheckHook: {self.loss_key} is at chance level at iteration '
+            f'{iteration}: mean loss / ln(B) = {mean:.3f} over the last '
+            f'{window} iterations (threshold {self.chance_threshold}). The '
+            'visible and infrared embeddings carry no pairing information: '
+            'check that pairs are matched (same file stem) and that both '
+            'modalities get identical geometric transforms.',
+            logging.WARNING)
+
+    def _check_control(self, runner, iteration: int, gap: float) -> None:
+        self.stats['control_runs'] += 1
+        update_counters('macl_check', control_gap=gap, **self.stats)
+        write_event(runner.work_dir, 'macl_control', iter=iteration, gap=gap)
+        if iteration <= self.control_warmup or gap >= self.control_margin:
+            return
+        self.stats['control_warnings'] += 1
+        update_counters('macl_check', **self.stats)
+        log(f'MACLCheckHook: shuffled-pair control at iteration {iteration}: '
+            f'true pairs are only {gap:+.3f} more similar (cosine) than '
+            f'mismatched pairs (margin {self.control_margin}). The model '
+            'cannot tell true visible/infrared pairs from shuffled ones.',
+            logging.WARNING)
+
+    def _log_once(self, key: str, message: str, level: int) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log(message, level)

@@ -1,0 +1,303 @@
+"""Expected bands for logged scalars: warn, or stop the run cleanly."""
+import fnmatch
+import logging
+import math
+import os.path as osp
+from typing import Dict, List, Optional, Sequence
+
+from mmengine.hooks import Hook
+
+from mmdet.registry import HOOKS
+
+from mmsafe.dist import (StepConsensus, all_gather_object, all_reduce_sum,
+                         get_rank)
+from mmsafe.events import log, update_counters, write_event
+
+_ACTIONS = ('warn', 'stop')
+_STAGE_PREFIXES = ('train/', 'val/', 'test/')
+STOP_VOTE = 'scalar_bands/stop'
+
+
+class Band:
+    """One expected band: which scalars, which range, what to do.
+
+    Args:
+        key (str): Scalar name or ``fnmatch`` pattern, matched against the
+            message hub name with and without its stage prefix
+            (``'grad_norm'`` matches ``'train/grad_norm'``;
+            ``'pascal_voc/mAP'`` matches ``'val/pascal_voc/mAP'``;
+            ``'loss*'`` matches every loss).
+        min (float, optional): Lowest allowed value.
+        max (float, optional): Highest allowed value.
+        finite (bool): The value must be finite. A non-finite value also
+            violates any ``min``/``max``. Defaults to False.
+        after_iter (int): Active from training iteration ``after_iter + 1``
+            (1-based, as in the log). Defaults to 0.
+        after_epoch (int): Active once ``after_epoch`` epochs are complete.
+            Defaults to 0.
+        action (str): ``'warn'`` or ``'stop'``. Defaults to ``'warn'``.
+        patience (int): Consecutive violating values before acting.
+            Defaults to 1.
+    """
+
+    def __init__(self,
+                 key: str,
+                 min: Optional[float] = None,  # noqa: A002 (config name)
+                 max: Optional[float] = None,  # noqa: A002
+                 finite: bool = False,
+                 after_iter: int = 0,
+                 after_epoch: int = 0,
+                 action: str = 'warn',
+                 patience: int = 1) -> None:
+        if action not in _ACTIONS:
+            raise ValueError(f'band {key!r}: action must be one of '
+                             f'{_ACTIONS}, got {action!r}')
+        if min is None and max is None and not finite:
+            raise ValueError(f'band {key!r} sets none of min, max, finite')
+        if patience < 1:
+            raise ValueError(f'band {key!r}: patience must be >= 1')
+        self.key = key
+        self.min = min
+        self.max = max
+        self.finite = finite
+        self.after_iter = after_iter
+        self.after_epoch = after_epoch
+        self.action = action
+        self.patience = patience
+
+    def matches(self, name: str) -> bool:
+        short = name
+        for prefix in _STAGE_PREFIXES:
+            if name.startswith(prefix):
+                short = name[len(prefix):]
+                break
+        return (fnmatch.fnmatchcase(name, self.key)
+                or fnmatch.fnmatchcase(short, self.key))
+
+    def active(self, iteration: int, epoch: int) -> bool:
+        """``iteration``: 1-based count of finished iterations; ``epoch``:
+        finished epochs."""
+        return iteration > self.after_iter and epoch >= self.after_epoch
+
+    def violation(self, value: float) -> Optional[str]:
+        """Why ``value`` is outside the band, or None."""
+        if not math.isfinite(value):
+            if self.finite or self.min is not None or self.max is not None:
+                return 'is not finite'
+            return None
+        if self.min is not None and value < self.min:
+            return f'is below min={self.min}'
+        if self.max is not None and value > self.max:
+            return f'is above max={self.max}'
+        return None
+
+    def describe(self) -> str:
+        parts = []
+        if self.min is not None:
+            parts.append(f'min={self.min}')
+        if self.max is not None:
+            parts.append(f'max={self.max}')
+        if self.finite:
+            parts.append('finite')
+        return f"{self.key} [{', '.join(parts)}]"
+
+
+@HOOKS.register_module()
+class ScalarBandsHook(Hook):
+    """Watch logged scalars against expected bands from the config.
+
+    Training scalars (``train/*`` in the message hub: every key of the loss
+    dict, ``grad_norm``, ``lr`` and what other hooks publish, e.g.
+    ``macl_chance_ratio``) are checked after every iteration in which they
+    were updated; validation metrics after every validation. A band that
+    is violated ``patience`` times in a row warns, or stops the run:
+
+    * the reason is logged on every rank and written to the event log;
+    * a checkpoint ``band_stop_iter_{N}.pth`` is saved in the work dir;
+    * ``runner.train_loop.stop_training`` is set, the flag that MMEngine's
+      ``EpochBasedTrainLoop`` and ``IterBasedTrainLoop`` read (the same one
+      ``EarlyStoppingHook`` uses). ``IterBasedTrainLoop`` reads it before
+      every iteration; ``EpochBasedTrainLoop`` only between epochs, so after
+      a stop in the middle of an epoch the rest of that epoch's batches are
+      drained without training (no forward, no step, no hooks); the loop
+      then ends normally (``after_train_epoch``, a possible validation,
+      ``after_train``).
+
+    Under DDP, training losses differ between ranks: a stop request is
+    posted to :class:`~mmsafe.dist.StepConsensus` and every rank stops at
+    the same iteration once the reduced request is non-zero (the same
+    iteration, or the next one when an mmsafe optim wrapper reduces at its
+    step). Validation metrics are decided with one small all-reduce.
+
+    Args:
+        bands (Sequence[dict]): :class:`Band` configs, e.g.
+            ``dict(key='grad_norm', max=20, action='warn', patience=3)``.
+        save_checkpoint (bool): Save a checkpoint on stop. Defaults to True.
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self, bands: Sequence[dict],
+                 save_checkpoint: bool = True) -> None:
+        self.bands: List[Band] = [Band(**dict(b)) for b in bands]
+        if not self.bands:
+            raise ValueError('ScalarBandsHook needs at least one band')
+        self.save_checkpoint = save_checkpoint
+        self._has_train_stop = any(b.action == 'stop' for b in self.bands)
+        if self._has_train_stop:
+            # Declared on every rank (every rank builds the same hooks), so
+            # the consensus vector has the same names everywhere.
+            StepConsensus.get().declare(STOP_VOTE)
+        self._seen_len: Dict[str, int] = {}
+        self._streaks: Dict[tuple, int] = {}
+        self._stop_reason: Optional[str] = None
+        self._stopped = False
+        self._reduces_seen = 0
+        self._draining = False
+        self._drained = 0
+        self._training = False
+        self.num_violations = 0
+        self.num_warnings = 0
+
+    # ------------------------------------------------------------------ #
+    def _check_values(self, runner, values: Dict[str, float], iteration: int,
+                      epoch: int, stage: str) -> None:
+        for index, band in enumerate(self.bands):
+            if not band.active(iteration, epoch):
+                continue
+            for name, value in values.items():
+                if not band.matches(name):
+                    continue
+                key = (index, name)
+                why = band.violation(value)
+                if why is None:
+                    self._streaks[key] = 0
+                    continue
+                self.num_violations += 1
+                streak = self._streaks.get(key, 0) + 1
+                self._streaks[key] = streak
+                if streak != band.patience:
+                    continue
+                reason = (f'{name}={value:.6g} {why} of band '
+                          f'{band.describe()} for {streak} consecutive '
+                          f'{stage} values (iteration {iteration}, '
+                          f'epoch {epoch}, rank {get_rank()})')
+                write_event(runner.work_dir, 'band_violation', key=name,
+                            value=value, band=band.describe(),
+                            action=band.action, iter=iteration, epoch=epoch)
+                if band.action == 'warn':
+                    self.num_warnings += 1
+                    log(f'ScalarBandsHook: {reason}.', logging.WARNING)
+                else:
+                    self._stop_reason = (reason if self._stop_reason is None
+                                         else f'{self._stop_reason}; {reason}')
+        update_counters('scalar_bands', violations=self.num_violations,
+                        warnings=self.num_warnings)
+
+    def _updated_train_scalars(self, runner) -> Dict[str, float]:
+        values = {}
+        for name, buffer in runner.message_hub.log_scalars.items():
+            if not name.startswith('train/'):
+                continue
+            length = len(buffer.data[0])
+            if self._seen_len.get(name) == length:
+                continue  # not updated since the last check
+            self._seen_len[name] = length
+            values[name] = float(buffer.current())
+        return values
+
+    # ------------------------------------------------------------------ #
+    def before_train(self, runner) -> None:
+        self._training = True
+
+    def after_train(self, runner) -> None:
+        self._training = False
+
+    def after_train_iter(self, runner, batch_idx: int,
+                         data_batch=None, outputs=None) -> None:
+        if self._stopped:
+            return
+        values = self._updated_train_scalars(runner)
+        self._check_values(runner, values, runner.iter + 1, runner.epoch,
+                           'training')
+        if not self._has_train_stop:
+            return
+        consensus = StepConsensus.get()
+        consensus.post(STOP_VOTE, 1.0 if self._stop_reason else 0.0)
+        consensus.reduce_pending()
+        if consensus.num_reduces == self._reduces_seen:
+            return
+        self._reduces_seen = consensus.num_reduces
+        if consensus.last(STOP_VOTE) > 0:
+            self._stop(runner, in_train_iter=True)
+
+    def after_val_epoch(self, runner,
+                        metrics: Optional[Dict[str, float]] = None) -> None:
+        if self._stopped:
+            return
+        values = {}
+        for name, value in (metrics or {}).items():
+            try:
+                values[f'val/{name}'] = float(value)
+            except (TypeError, ValueError):
+                continue  # not a scalar (e.g. a per-class table)
+        self._check_values(runner, values, runner.iter, runner.epoch,
+                           'validation')
+        if not self._has_train_stop or not self._training:
+            # A stop only means something inside a training run.
+            return
+        # Validation metrics are broadcast from rank 0, but a val loss is
+        # not: decide together (one collective per validation, all ranks).
+        votes = all_reduce_sum([1.0 if self._stop_reason else 0.0])[0]
+        if votes > 0:
+            self._stop(runner, in_train_iter=False)
+
+    # ------------------------------------------------------------------ #
+    def _stop(self, runner, in_train_iter: bool) -> None:
+        self._stopped = True
+        # Collective on every rank at the same point: each rank learns why.
+        reasons = [r for r in all_gather_object(self._stop_reason) if r]
+        reason = '; '.join(dict.fromkeys(reasons))
+        iteration = runner.iter + 1 if in_train_iter else runner.iter
+        filename = f'band_stop_iter_{iteration}.pth'
+        log(f'ScalarBandsHook: stopping the run at iteration {iteration}: '
+            f'{reason}. Saving {filename} and ending the train loop.',
+            logging.WARNING)
+        write_event(runner.work_dir, 'band_stop', reason=reason,
+                    iter=iteration, epoch=runner.epoch,
+                    checkpoint=filename if self.save_checkpoint else None)
+        update_counters('scalar_bands', stopped=True, stop_reason=reason)
+        if self.save_checkpoint:
+            # ``iter`` counts finished iterations. Inside an epoch the epoch
+            # is not finished: a resume restarts it.
+            runner.save_checkpoint(
+                runner.work_dir, filename,
+                meta=dict(epoch=runner.epoch, iter=iteration))
+            log(f'ScalarBandsHook: saved '
+                f'{osp.join(runner.work_dir, filename)}')
+        loop = runner.train_loop
+        if not hasattr(loop, 'stop_training'):
+            log(f'ScalarBandsHook: {type(loop).__name__} has no '
+                'stop_training flag; setting it, but this loop may not read '
+                'it.', logging.ERROR)
+        loop.stop_training = True
+        from mmengine.runner import EpochBasedTrainLoop
+        if in_train_iter and isinstance(loop, EpochBasedTrainLoop):
+            self._drain_epoch(loop)
+
+    def _drain_epoch(self, loop) -> None:
+        """Let ``EpochBasedTrainLoop`` finish the epoch without training:
+        it reads ``stop_training`` only between epochs."""
+        self._draining = True
+
+        def drain_iter(idx, data_batch) -> None:
+            self._drained += 1
+
+        loop.run_iter = drain_iter
+
+    def after_train_epoch(self, runner) -> None:
+        if self._draining:
+            self._draining = False
+            del runner.train_loop.run_iter  # back to the class method
+            log(f'ScalarBandsHook: drained {self._drained} remaining '
+                'batches of the epoch without training after the stop.')

@@ -1,0 +1,52 @@
+"""ScalarBandsHook: a band stop ends a 2-process run cleanly and on the
+same iteration on every rank (checkpoint saved, reason logged, loop ended
+mid-epoch); warn bands respect patience; healthy bands stay silent."""
+import os.path as osp
+import tempfile
+
+import torch
+
+from tests.engine.check_toys_cfg import toy_config
+from tests.engine.check_toys_run import events, healthy_run, why
+from tests.utils import run_train
+
+BANDS = """[dict(type='ScalarBandsHook', bands=[
+    dict(key='loss*', finite=True, action='stop'),
+    dict(key='grad_norm', max=1e-9, action='warn', patience=3)])]"""
+
+
+def test_healthy_bands_silent():
+    work_dir, result = healthy_run()
+    assert result.returncode == 0 and not result.timed_out, why(result)
+    assert not events(work_dir, 'band_violation')
+    assert not events(work_dir, 'band_stop')
+
+
+def test_nan_on_one_rank_stops_every_rank_cleanly():
+    tmp = tempfile.mkdtemp()
+    # 64 samples, batch 8, 2 ranks: 4 iterations per epoch. Rank 1's
+    # loss_cls is NaN from its 6th forward (iteration 6, inside epoch 2).
+    cfg = toy_config(
+        tmp, 'stop', BANDS, model='nan_at_iter=5, nan_rank=1',
+        max_epochs=3, optim_extra=', clip_grad=dict(max_norm=1e6)')
+    result = run_train(cfg, nproc=2, timeout=400)
+    assert result.returncode == 0 and not result.timed_out, why(result)
+    work_dir = osp.join(tmp, 'stop')
+    stops = events(work_dir, 'band_stop')
+    assert {e['rank'] for e in stops} == {0, 1}, stops
+    assert {e['iter'] for e in stops} == {6}, stops
+    for stop in stops:  # every rank logs every rank's reasons
+        assert 'train/loss_cls=nan is not finite' in stop['reason'], stop
+        assert 'rank 1' in stop['reason'] and 'rank 0' not in stop['reason']
+    assert 'stopping the run at iteration 6' in result.output
+    assert 'drained 2 remaining batches' in result.output
+    assert 'Epoch(train) [3]' not in result.output
+    ckpt = torch.load(osp.join(work_dir, 'band_stop_iter_6.pth'),
+                      map_location='cpu', weights_only=False)
+    assert ckpt['meta']['iter'] == 6 and ckpt['meta']['epoch'] == 1
+    # grad_norm above its band from the first iteration: one warning after
+    # 3 consecutive values, on each rank.
+    warns = [e for e in events(work_dir, 'band_violation')
+             if e['action'] == 'warn']
+    assert sorted(e['rank'] for e in warns) == [0, 1], warns
+    assert {e['iter'] for e in warns} == {3}, warns
