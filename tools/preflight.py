@@ -10,7 +10,8 @@ Usage::
 
     python tools/preflight.py CONFIG [--cfg-options k=v ...]
         [--launcher pytorch] [--work-dir DIR] [--amp] [--resume [PATH]]
-        [--json] [--samples N] [--skip CHECK ...] [--errors-only]
+        [--json] [--samples N] [--full-index] [--skip CHECK ...]
+        [--errors-only]
 
 Exit status: 0 when no row is an error, 1 otherwise (2: bad arguments).
 """
@@ -55,6 +56,9 @@ def parse_args(argv=None):
                         help='print the report as JSON')
     parser.add_argument('--samples', type=int, default=4,
                         help='dataset items to open per dataset (default 4)')
+    parser.add_argument('--full-index', action='store_true',
+                        help='build whole dataset indexes as training does '
+                        '(default: LLVIP/VOC index the sampled images only)')
     parser.add_argument('--skip', nargs='+', default=[], metavar='CHECK',
                         help='checks to leave out, e.g. data checkpoint')
     parser.add_argument('--errors-only', action='store_true',
@@ -92,7 +96,7 @@ def _run(args):
             'custom_imports) or the --cfg-options.'))
     else:
         report = run_preflight(cfg, args.launcher, samples=args.samples,
-                               skip=args.skip)
+                               skip=args.skip, full_index=args.full_index)
         report.config = args.config
     return report
 

@@ -43,14 +43,17 @@ class PreflightContext:
         launcher (str): ``'none'``, ``'pytorch'``, ``'slurm'`` or ``'mpi'``.
         samples (int): how many dataset items to open per dataset.
         system (str, optional): ``platform.system()`` to assume (tests).
+        full_index (bool): build whole dataset indexes, as training does,
+            instead of indexing the sampled images only.
     """
 
     def __init__(self, cfg, launcher: str = 'none', samples: int = 4,
-                 system: Optional[str] = None):
+                 system: Optional[str] = None, full_index: bool = False):
         self.cfg = cfg
         self.launcher = launcher or 'none'
         self.samples = max(1, int(samples))
         self.system = system or platform.system()
+        self.full_index = full_index
         self.default_scope = cfg.get('default_scope', None) or 'mmdet'
         self.state: Dict[str, Any] = {}
         self._registries: Dict[str, Any] = {}

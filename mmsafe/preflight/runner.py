@@ -43,7 +43,8 @@ def run_preflight(cfg,
                   launcher: Optional[str] = None,
                   samples: int = 4,
                   skip: Sequence[str] = (),
-                  system: Optional[str] = None) -> PreflightReport:
+                  system: Optional[str] = None,
+                  full_index: bool = False) -> PreflightReport:
     """Run every preflight check on ``cfg``.
 
     Nothing is trained and nothing runs forward: the model is built on CPU,
@@ -60,6 +61,9 @@ def run_preflight(cfg,
         skip (Sequence[str]): names of checks to leave out (see
             :data:`CHECKS`).
         system (str, optional): ``platform.system()`` to assume; for tests.
+        full_index (bool): build each dataset's whole index as training
+            does. By default datasets with one annotation file per image
+            (LLVIP, VOC) index only the sampled images.
 
     Returns:
         PreflightReport: ``report.has_errors`` tells whether training must
@@ -71,7 +75,7 @@ def run_preflight(cfg,
     """
     launcher = launcher or cfg.get('launcher', None) or 'none'
     ctx = PreflightContext(cfg, launcher=launcher, samples=samples,
-                           system=system)
+                           system=system, full_index=full_index)
     report = PreflightReport(config=getattr(cfg, 'filename', '') or '',
                              launcher=launcher)
     start = time.perf_counter()

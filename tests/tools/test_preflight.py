@@ -174,6 +174,9 @@ BROKEN = [
      'dataloader', 'val_dataloader.prefetch_factor', 'multiprocessing'),
     ('negative-workers', _set('train_dataloader.num_workers', -1),
      'dataloader', 'train_dataloader.num_workers', 'non-negative'),
+    ('loader-memory', lambda cfg: cfg.train_dataloader.update(
+        num_workers=2, prefetch_factor=10**7), 'dataloader',
+     'train_dataloader.num_workers', 'exhaust memory'),
     ('batch-size-zero', _set('train_dataloader.batch_size', 0), 'batch',
      'train_dataloader.batch_size', 'rounded it down'),
     ('batch-size-float', _set('train_dataloader.batch_size', 0.5), 'batch',
@@ -265,6 +268,21 @@ def test_missing_infrared_partner(cli, tmp_path, own_tree):
     assert any(r.where == 'train_dataloader.dataset' and
                'does not build' in r.what and 'infrared' in r.what
                for r in rows), report.format_text()
+
+
+def test_full_index_finds_what_the_sample_skips(cli, tmp_path, own_tree):
+    """By default LLVIP indexes only the sampled images (items 0, 2, 3, 5
+    of 6); --full-index builds the whole index as training does."""
+    folder = osp.join(own_tree, 'infrared', 'train')
+    os.remove(osp.join(folder, sorted(os.listdir(folder))[1]))
+    config = healthy_config(str(tmp_path), own_tree)
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    assert not error_rows(report, 'data'), report.format_text()
+    assert 'indexed a sample of 4' in report.find('data', 'ok')[0].what
+    report = preflight(cli, config, str(tmp_path / 'work'),
+                       args=['--full-index'], full_index=True)
+    assert any('does not build' in r.what and 'infrared' in r.what
+               for r in error_rows(report, 'data')), report.format_text()
 
 
 def test_corrupt_visible_image(cli, tmp_path, own_tree):
