@@ -28,7 +28,7 @@ class ProbeToyModel(BaseModel):
         super().__init__(**kwargs)
         self.linear = nn.Linear(4, 1)
 
-    def forward(self, inputs, worker=None, mode='tensor'):
+    def forward(self, inputs, worker=None, payload=None, mode='tensor'):
         x = torch.stack(inputs).float()
         out = self.linear(x)
         if mode == 'loss':

@@ -66,7 +66,7 @@ def test_sleeping_forward_is_reported_and_run_recovers(tmp_path):
     assert 'makes progress again' in result.output
     (event, ) = read_events(result.work_dir, 'hang')
     assert event['iter'] == 3 and event['phase'] == 'forward'
-    assert 4 < event['idle_s'] < 12
+    assert 4 <= event['idle_s'] < 12
 
 
 def test_healthy_run_writes_no_report(tmp_path):
@@ -98,9 +98,10 @@ def test_ddp_stalled_rank_shows_peer_waiting_in_collective(tmp_path):
     assert 'DDP gradient all-reduce' in rank0
     assert 'backward' in rank0.split('--- thread')[1]  # main thread stack
     assert '_sleep_past_watchdog' not in rank0
-    # Rank 1 aborted with the watchdog's exit code, so the launcher
+    # A rank past its abort deadline exited with the watchdog's code (both
+    # ranks wait, so which one is first is a race), and the launcher
     # stopped the job instead of letting it hang.
-    (abort, ) = read_events(result.work_dir, 'hang_abort')
-    assert abort['rank'] == 1 and abort['exit_code'] == 75
-    assert 'exitcode  : 75' in result.output or 'exit code 75' in \
-        result.output or 'exitcode: 75' in result.output, result
+    aborts = read_events(result.work_dir, 'hang_abort')
+    assert aborts and all(a['exit_code'] == 75 and a['iter'] == 3
+                          for a in aborts)
+    assert re.search(r'exitcode\s*:\s*75', result.output), result

@@ -330,9 +330,17 @@ class HangWatchdogHook(Hook):
     def _watch(self) -> None:
         stalled_seq = None
         stalled_at = 0.
-        while not self._stop.wait(self.poll_interval):
+        while True:
+            stopping = self._stop.wait(self.poll_interval)
             hb = self._hb
             seq, last, phase, first = hb.seq, hb.time, hb.phase, hb.first
+            if stalled_seq is not None and seq != stalled_seq:
+                log(f'rank {self._rank} makes progress again after '
+                    f'{last - stalled_at:.1f} s (phase now {phase!r}).',
+                    logging.WARNING)
+                stalled_seq = None
+            if stopping:
+                return
             allowance = self._allowance(phase, first)
             idle = time.monotonic() - last
             if self.native_backstop:
@@ -343,11 +351,6 @@ class HangWatchdogHook(Hook):
                         exit=False)
                 except (RuntimeError, ValueError, OSError):
                     self.native_backstop = False  # no usable stderr
-            if stalled_seq is not None and seq != stalled_seq:
-                log(f'rank {self._rank} makes progress again after '
-                    f'{time.monotonic() - stalled_at:.1f} s (phase now '
-                    f'{phase!r}).', logging.WARNING)
-                stalled_seq = None
             if idle <= allowance:
                 continue
             if stalled_seq is None:
