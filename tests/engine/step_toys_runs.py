@@ -158,13 +158,22 @@ def guarded_run() -> Tuple[str, RunResult]:
 
 
 # Without mmsafe's optim wrapper: EmptyBatchSyncHook must still keep the
-# ranks consistent on its own (rank 1 empty at 1, both empty at 2); the
-# NaN loss on rank 1 at iteration 3 is the control of (a).
+# ranks consistent on its own (rank 1 empty at its very first iteration,
+# both ranks empty at 2); the NaN loss on rank 1 at iteration 3 is the
+# control of (a).
 UNMANAGED_ITERS = 5
-UNMANAGED_FAULTS = (fault(1, 1, 'empty') + fault(0, 2, 'empty')
+UNMANAGED_FAULTS = (fault(1, 0, 'empty') + fault(0, 2, 'empty')
                     + fault(1, 2, 'empty') + fault(1, 3, 'nan_loss'))
 
 
 def unmanaged_run() -> Tuple[str, RunResult]:
     return train('unmanaged', UNMANAGED_FAULTS, UNMANAGED_ITERS,
                  sgd_wrapper('OptimWrapper'))
+
+
+def control_empty_run() -> Tuple[str, RunResult]:
+    """Control for (c): MMEngine's OptimWrapper, no EmptyBatchSyncHook,
+    rank 1's batch empty at iteration 1. Short timeout: a hang is a
+    result here, not a reason to wait."""
+    return train('control_empty', fault(1, 1, 'empty'), 4,
+                 sgd_wrapper('OptimWrapper'), timeout=120, hooks=())
