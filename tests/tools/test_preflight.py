@@ -233,6 +233,19 @@ def test_healthy_config_has_none_of_those_rows(cli, healthy, tmp_path):
         '2 samples per device x 1 accumulated')
 
 
+def test_guard_summary(cli, healthy, tmp_path):
+    def modify(cfg):
+        cfg.custom_hooks = [dict(type='DataLoaderProbeHook')]
+        cfg.optim_wrapper.type = 'NaNSkipOptimWrapper'
+
+    report = preflight(cli, healthy, str(tmp_path / 'work'), modify)
+    on, off = report.find('guards', 'info')
+    assert on.what == ('mmsafe guards on: DataLoaderProbeHook, '
+                       'NaNSkipOptimWrapper.'), report.format_text()
+    assert 'DataLoaderProbeHook' not in off.what
+    assert 'HangWatchdogHook' in off.what
+
+
 def test_integer_division_batch_from_config_variables(cli, tmp_path,
                                                       llvip_tree):
     """``max_img_per_gpu // sequence_length`` rounds the batch to 0."""

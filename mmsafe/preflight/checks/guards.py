@@ -42,18 +42,22 @@ def check_guards(ctx: PreflightContext) -> Iterator[CheckRow]:
     used = _types({k: ctx.cfg[k] for k in ctx.cfg.keys()})
     all_mmsafe = {n for names in registered.values() for n in names}
     guards = {n for r in GUARD_REGISTRIES for n in registered.get(r, [])}
-    on = sorted(used & all_mmsafe)
+    on = sorted(used & guards)
+    parts = sorted((used & all_mmsafe) - guards)
     off = sorted(guards - used)
     yield CheckRow(
-        'info' if on else 'warn', NAME,
-        'mmsafe components on: ' + (', '.join(on) if on else 'none') + '.',
-        'custom_hooks / optim_wrapper',
-        '' if on else "Add mmsafe guards, e.g. custom_hooks=[dict(type="
-        "'DataLoaderProbeHook'), ...] and optim_wrapper.type="
-        "'NaNSkipOptimWrapper' (see configs/llvip/).")
+        'info', NAME, 'mmsafe guards on: ' + (', '.join(on) if on else
+                                              'none') + '.',
+        'custom_hooks / optim_wrapper.type',
+        '' if on else "Add guards to custom_hooks (e.g. dict(type="
+        "'DataLoaderProbeHook')) and optim_wrapper.type="
+        "'NaNSkipOptimWrapper'.")
+    if parts:
+        yield CheckRow('ok', NAME, 'Other mmsafe components in use: ' +
+                       ', '.join(parts) + '.', 'model / *_dataloader')
     if off:
         yield CheckRow(
             'info', NAME, 'mmsafe guards available but off: ' +
-            ', '.join(off) + '.', 'custom_hooks / optim_wrapper',
-            'Add them to custom_hooks (hooks) or optim_wrapper.type '
-            '(optim wrappers) to turn them on.')
+            ', '.join(off) + '.', 'custom_hooks / optim_wrapper.type',
+            'Add hooks to custom_hooks, or set optim_wrapper.type, to turn '
+            'them on.')
