@@ -179,7 +179,7 @@ def test_fusion_modules(fusion):
 
 
 def test_config_errors_are_clear():
-    with pytest.raises(ValueError, match=r'in_dim=1024.*64'):
+    with pytest.raises(ValueError, match=r'in_dim=1024.*32'):
         _build(macl_head=dict(type='MACLHead', in_dim=1024))
     model = _build()
     with pytest.raises(TypeError, match='visible'):
@@ -188,5 +188,6 @@ def test_config_errors_are_clear():
 
 def test_concat_conv_fusion_starts_as_mean():
     model = _build()
-    v, r = torch.randn(2, 64, 4, 4), torch.randn(2, 64, 4, 4)
+    channels = model.fusions[0].in_channels
+    v, r = (torch.randn(2, channels, 4, 4), torch.randn(2, channels, 4, 4))
     torch.testing.assert_close(model.fusions[0](v, r), (v + r) / 2)

@@ -1,6 +1,6 @@
 # A tiny dual-stream Faster R-CNN for CPU demos and tests: ResNet-18 with a
-# quarter of the width (base_channels=16: 16/32/64/128 channels) per
-# modality, a 64-channel FPN on strides 4/8/16, small anchors for the small
+# quarter of the width (base_channels=16; 3 stages: 16/32/64 channels) per
+# modality, a 32-channel FPN on strides 4/8/16, small anchors for the small
 # people of 160x128 images, MACL on the last FPN level. Trained from scratch
 # (no download).
 model = dict(
@@ -42,13 +42,13 @@ model = dict(
         style='pytorch',
         init_cfg=None),
     neck=dict(
-        type='FPN', in_channels=[16, 32, 64], out_channels=64, num_outs=3),
+        type='FPN', in_channels=[16, 32, 64], out_channels=32, num_outs=3),
     ir_neck=dict(
-        type='FPN', in_channels=[16, 32, 64], out_channels=64, num_outs=3),
+        type='FPN', in_channels=[16, 32, 64], out_channels=32, num_outs=3),
     fusion=dict(type='ConcatConvFusion'),
     macl_head=dict(
         type='MACLHead',
-        in_dim=64,
+        in_dim=32,
         proj_dim=32,
         hidden_dim=64,
         feature_level=-1,
@@ -57,8 +57,8 @@ model = dict(
         loss_weight=0.1),
     rpn_head=dict(
         type='RPNHead',
-        in_channels=64,
-        feat_channels=64,
+        in_channels=32,
+        feat_channels=32,
         anchor_generator=dict(
             type='AnchorGenerator',
             scales=[4],
@@ -75,13 +75,13 @@ model = dict(
         type='StandardRoIHead',
         bbox_roi_extractor=dict(
             type='SingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0),
-            out_channels=64,
+            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=2),
+            out_channels=32,
             featmap_strides=[4, 8, 16]),
         bbox_head=dict(
             type='Shared2FCBBoxHead',
-            in_channels=64,
-            fc_out_channels=256,
+            in_channels=32,
+            fc_out_channels=128,
             roi_feat_size=7,
             num_classes=1,
             bbox_coder=dict(
@@ -125,7 +125,7 @@ model = dict(
                 ignore_iof_thr=-1),
             sampler=dict(
                 type='RandomSampler',
-                num=128,
+                num=64,
                 pos_fraction=0.25,
                 neg_pos_ub=-1,
                 add_gt_as_proposals=True),

@@ -1,0 +1,73 @@
+# LLVIP (visible + infrared pedestrian pairs) in its released layout:
+#   data/LLVIP/Annotations/*.xml
+#   data/LLVIP/visible/{train,test}/*.jpg
+#   data/LLVIP/infrared/{train,test}/*.jpg   (same file stem as visible)
+# 12,025 train and 3,463 test pairs of 1280x1024. Every geometric transform
+# is paired (one draw, one geometry for both modalities); the infrared
+# partner of each image is found by stem and its absence is an error.
+dataset_type = 'LLVIPDataset'
+data_root = 'data/LLVIP/'
+backend_args = None
+img_scale = (640, 512)  # half of LLVIP's 1280x1024
+
+train_pipeline = [
+    dict(type='LoadPairedImageFromFile', backend_args=backend_args),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PairedResize', scale=img_scale, keep_ratio=True),
+    dict(type='PairedRandomFlip', prob=0.5),
+    dict(type='PackPairedDetInputs')
+]
+test_pipeline = [
+    dict(type='LoadPairedImageFromFile', backend_args=backend_args),
+    dict(type='PairedResize', scale=img_scale, keep_ratio=True),
+    # after the resize: the metric compares with boxes of the original size
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(
+        type='PackPairedDetInputs',
+        meta_keys=('img_id', 'img_path', 'ir_img_path', 'ori_shape',
+                   'img_shape', 'scale_factor'))
+]
+
+train_dataloader = dict(
+    batch_size=4,
+    # Worker processes load two images per sample. On Windows (spawn) a
+    # DataLoader with workers once froze such a run; mmsafe's safety
+    # runtime probes the loader and falls back to num_workers=0 if needed.
+    num_workers=2,
+    persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    batch_sampler=dict(type='AspectRatioBatchSampler'),
+    dataset=dict(
+        type=dataset_type,
+        data_root=data_root,
+        data_prefix=dict(
+            img='visible/train/', ir_img='infrared/train/',
+            ann='Annotations/'),
+        filter_cfg=dict(filter_empty_gt=True, min_size=16),
+        return_modality_pair=True,
+        pipeline=train_pipeline,
+        backend_args=backend_args))
+val_dataloader = dict(
+    batch_size=1,
+    num_workers=2,
+    persistent_workers=True,
+    drop_last=False,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(
+        type=dataset_type,
+        data_root=data_root,
+        data_prefix=dict(
+            img='visible/test/', ir_img='infrared/test/',
+            ann='Annotations/'),
+        test_mode=True,
+        return_modality_pair=True,
+        pipeline=test_pipeline,
+        backend_args=backend_args))
+test_dataloader = val_dataloader
+
+# VOC mAP at IoU 0.5 (area under the PR curve), logged as pascal_voc/mAP
+# (and val/pascal_voc/mAP in TensorBoard).
+val_evaluator = dict(
+    type='VOCMetric', metric='mAP', eval_mode='area', iou_thrs=0.5,
+    prefix='pascal_voc')
+test_evaluator = val_evaluator
