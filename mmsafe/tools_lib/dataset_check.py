@@ -464,7 +464,7 @@ def summarize(records: List[dict], elapsed: float, workers: int,
         None,
         workers=workers,
         summary={
-            k: dict(severity=CHECKS[k][0], samples=counts[k],
+            k: dict(severity=CHECKS[k][0], findings=counts[k],
                     meaning=CHECKS[k][1])
             for k in CHECKS if counts[k]
         },
@@ -490,7 +490,7 @@ def build_failure_report(exc: BaseException, dataset_cfg) -> dict:
     report['issues'] = [dict(index=None, img_path=None, ir_img_path=None,
                              **entry)]
     report['summary'] = {'dataset_build': dict(
-        severity=ERROR, samples=1, meaning=CHECKS['dataset_build'][1])}
+        severity=ERROR, findings=1, meaning=CHECKS['dataset_build'][1])}
     report['errors'] = 1
     return report
 
@@ -504,10 +504,10 @@ def format_report(report: dict, max_examples: int = 5) -> str:
         f"checked in {report['elapsed_s']:.1f} s "
         f"({rate if rate is not None else '-'} pairs/s, "
         f"{report['workers']} workers); classes {report.get('classes')}")
-    header = f"{'check':<26}{'severity':<10}{'samples':>8}  meaning"
+    header = f"{'check':<26}{'severity':<10}{'found':>8}  meaning"
     lines += [header, '-' * len(header)]
     for kind, (severity, meaning) in CHECKS.items():
-        n = report['summary'].get(kind, {}).get('samples', 0)
+        n = report['summary'].get(kind, {}).get('findings', 0)
         mark = '' if n == 0 else ' <--'
         lines.append(f'{kind:<26}{severity:<10}{n:>8}  {meaning}{mark}')
     lines.append('-' * len(header))

@@ -112,8 +112,15 @@ train_dataloader = dict(
 
 
 def write_config(path: str, data_root: str,
-                 dataset_type: str = 'LLVIPDataset', extra: str = '') -> str:
+                 dataset_type: str = 'LLVIPDataset', extra: str = '',
+                 wrap: Optional[str] = None) -> str:
+    """Write a training config for the tree; ``wrap`` names a dataset
+    wrapper type put around the dataset (``wrap(dataset=...)``)."""
+    text = CONFIG.format(dataset_type=dataset_type, data_root=data_root,
+                         extra=extra)
+    if wrap:
+        text += ("train_dataloader['dataset'] = dict(type=%r, "
+                 "dataset=train_dataloader['dataset'])\n" % wrap)
     with open(path, 'w', encoding='utf-8') as f:
-        f.write(CONFIG.format(dataset_type=dataset_type, data_root=data_root,
-                              extra=extra))
+        f.write(text)
     return path

@@ -124,3 +124,14 @@ def test_strict_fails_on_warnings_and_missing_loader_exits_2(tmp_path):
     assert strict.returncode == 1, strict
     no_val = _run([cfg, '--split', 'val'])
     assert no_val.returncode == 2 and 'val_dataloader' in no_val.output
+    # a resampling wrapper in the config does not hide the empty sample
+    wrapped = write_config(str(tmp_path / 'wrapped.py'), data,
+                           wrap='ValidInstanceResampleDataset')
+    out = str(tmp_path / 'wrapped.json')
+    audit = _run([wrapped, '--workers', '0', '--json', out])
+    assert audit.returncode == 0, audit
+    with open(out) as f:
+        report = json.load(f)
+    assert [(i['kind'], osp.basename(i['img_path']))
+            for i in report['issues']] == [('no_valid_instances',
+                                            '000002.jpg')]

@@ -218,7 +218,8 @@ class FirstBatchStatsHook(Hook):
         if not self._armed or self._captured is not None:
             return
         data = args[0] if args else kwargs.get('data')
-        self._captured = self._analyse(data, output)
+        with torch.no_grad():
+            self._captured = self._analyse(data, output)
 
     def after_train_iter(self, runner, batch_idx: int,
                          data_batch: Any = None, outputs=None) -> None:
