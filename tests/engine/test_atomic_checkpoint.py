@@ -107,6 +107,27 @@ def test_truncated_newest_checkpoint_is_skipped_on_auto_resume(tmp_path):
     assert skipped[0]['chosen'] == osp.join(work_dir, 'epoch_2.pth')
 
 
+def test_truncated_newest_checkpoint_skipped_on_every_rank(tmp_path):
+    """2-rank gloo: every rank picks the same older checkpoint."""
+    config = _config(tmp_path, max_epochs=2)
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, nproc=2, timeout=400,
+                       args=['--work-dir', work_dir])
+    assert result.returncode == 0, result
+    newest = osp.join(work_dir, 'epoch_2.pth')
+    with open(newest, 'r+b') as f:
+        f.truncate(100)
+    result = run_train(config, nproc=2, timeout=400, args=[
+        '--work-dir', work_dir, '--resume', '--cfg-options',
+        'train_cfg.max_epochs=3'])
+    # Rank 1 would have died on the truncated file had it not skipped it
+    # too (MMEngine shows only rank 0's warnings on the console).
+    assert result.returncode == 0, result
+    assert f'Skipping checkpoint {newest} for auto-resume' in result.output
+    assert 'resumed epoch: 1, iter: 2' in result.output, result
+    assert 'Epoch(train) [3][2/2]' in result.output, result
+
+
 def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
     import mmsafe  # noqa: F401
     from mmengine.runner import find_latest_checkpoint

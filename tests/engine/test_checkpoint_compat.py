@@ -272,3 +272,25 @@ def test_getattr_stand_in_only_resolves_history_buffer_statistics():
         with pytest.raises(UntrustedCheckpointError):
             _history_buffer_method(owner, name)
     assert not os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD')
+
+
+@pytest.mark.parametrize('amp', [False, True])
+def test_mmsafe_optim_wrapper_state_resumes(tmp_path, amp):
+    """mmsafe's own NaN-skip wrappers (GradScaler state under AMP) keep
+    their checkpoints inside the allowlist."""
+    from tests.engine.test_atomic_checkpoint import TOY_CONFIG
+    text = TOY_CONFIG.format(max_epochs=1, max_keep=-1, custom_hooks='[]')
+    text = text.replace('optim_wrapper = dict(',
+                        "optim_wrapper = dict(type='NaNSkipOptimWrapper', ")
+    config = write_config(str(tmp_path / 'toy.py'), text)
+    work_dir = str(tmp_path / 'work')
+    args = ['--work-dir', work_dir] + (['--amp'] if amp else [])
+    result = run_train(config, timeout=300, args=args)
+    assert result.returncode == 0, result
+    result = run_train(config, timeout=300, args=args + [
+        '--resume', '--cfg-options', 'train_cfg.max_epochs=2'])
+    assert result.returncode == 0, result
+    assert 'resumed epoch: 1, iter: 4' in result.output, result
+    wrapper = 'AmpNaNSkipOptimWrapper' if amp else 'NaNSkipOptimWrapper'
+    assert f"type='{wrapper}'" in result.output
+    assert 'Epoch(train) [2][4/4]' in result.output, result

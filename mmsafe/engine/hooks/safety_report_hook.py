@@ -32,6 +32,11 @@ DEFAULT_SECTIONS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 )
 
 
+# Order of the sections in the report and the log table.
+DISPLAY_ORDER = ('skipped_steps', 'empty_batches', 'loader_fallbacks',
+                 'watchdog_events', 'macl_check', 'eval_coverage', 'resumes')
+
+
 @HOOKS.register_module()
 class SafetyReportHook(Hook):
     """Write ``safety_report.json`` and a short table in the log at the end
@@ -178,11 +183,12 @@ class SafetyReportHook(Hook):
                       states: List[Dict[str, Any]]) -> Dict[str, Any]:
         hub = runner.message_hub
         events = _read_events(runner.work_dir)
+        names = [n for n in DISPLAY_ORDER
+                 if n in dict(self.sections)] + [
+                     n for n, _ in self.sections if n not in DISPLAY_ORDER]
         summary: Dict[str, Dict[str, Any]] = OrderedDict(
             (name, dict(events=0, iterations=0, by_cause={}, counters={},
-                        last=None)) for name, _ in self.sections)
-        summary['other'] = dict(events=0, iterations=0, by_cause={},
-                                counters={}, last=None)
+                        last=None)) for name in names + ['other'])
         seen_iters: Dict[str, set] = {}
         seen_causes: Dict[str, set] = {}
         by_kind: Dict[str, int] = {}
@@ -283,13 +289,19 @@ class SafetyReportHook(Hook):
             parts.append(text)
         for guard, per_rank in section['counters'].items():
             values = list(per_rank.values())
-            shown = per_rank.get('0', values[0])
-            same = all(v == values[0] for v in values)
-            short = ', '.join(f'{k}={v}' for k, v in list(shown.items())[:6]) \
-                if isinstance(shown, dict) else str(shown)
-            parts.append(f'{guard}[{short}]' +
-                         ('' if same else ' (differs across ranks)'))
+            if all(v == values[0] for v in values):
+                parts.append(f'{guard}[{_short(values[0])}]')
+            else:
+                parts.append(f'{guard}[' + ' | '.join(
+                    f'rank{r}: {_short(v)}' for r, v in per_rank.items()) +
+                             '] (differs across ranks)')
         return '; '.join(parts) if parts else 'none'
+
+
+def _short(values: Any, limit: int = 6) -> str:
+    if isinstance(values, dict):
+        return ', '.join(f'{k}={v}' for k, v in list(values.items())[:limit])
+    return str(values)
 
 
 def _read_events(work_dir: Optional[str]) -> List[Dict[str, Any]]:

@@ -1,0 +1,49 @@
+# mmsafe safety runtime: every mmsafe guard with safe defaults, in one
+# fragment. Add it to any MMDetection 3.x config:
+#
+#   _base_ = ['./your_config.py', 'path/to/mmsafe/configs/_base_/safety_runtime.py']
+#   optim_wrapper = dict(type='NaNSkipOptimWrapper')  # or AmpNaNSkipOptimWrapper
+#
+# FIRST VERSION (checkpoint/report part); the guard list is completed when
+# all guards are in. Notes on MMEngine's config inheritance:
+# * two bases may not define the same key (KeyError "Duplicate key is not
+#   allowed among bases"), so this fragment sets no key that MMDetection's
+#   bases set (no optim_wrapper: its type is switched in the child config,
+#   the second line above; the child's dict merges into the base's, keeping
+#   the optimizer). A config that already has `custom_imports` or
+#   `custom_hooks` in a base must add 'mmsafe' / these hooks itself.
+# * lists are replaced, not merged: a child config that sets its own
+#   `custom_hooks` must append to these:
+#   `custom_hooks = _base_.custom_hooks + [dict(type='MyHook')]`
+#   (in a pure-python config, `{{_base_.custom_hooks}} + [...]`).
+
+# Registers mmsafe's components and applies its shims on import: CPU/gloo
+# DDP, and checkpoint safety (torch>=2.6 weights_only loading of
+# MMEngine/MMDetection checkpoints, atomic checkpoint writes, auto-resume
+# that skips a corrupt newest checkpoint).
+custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
+
+# Extra objects a checkpoint may hold beyond what MMEngine/MMDetection need
+# (dotted names). Empty = refuse anything else. Only for files you trust;
+# weights_only stays on. Same as MMSAFE_TRUSTED_GLOBALS=a.B,c.D.
+mmsafe_trusted_globals = []
+
+custom_hooks = [
+    # Probes each DataLoader before use; falls back to num_workers=0 when it
+    # deadlocks (Windows spawn), loudly. policy='off' disables.
+    dict(type='DataLoaderProbeHook'),
+    # Stack dump of every thread when a rank makes no progress.
+    dict(type='HangWatchdogHook'),
+    # Empty batches under DDP: keeps the graph identical on every rank.
+    dict(type='EmptyBatchSyncHook'),
+    # First-iteration lint of the loss dict (double counting, dead terms).
+    dict(type='LossDictLintHook'),
+    # Per-modality statistics of the first batch.
+    dict(type='FirstBatchStatsHook'),
+    # loss_macl present, finite and below chance (dual-modality models).
+    dict(type='MACLCheckHook'),
+    # Every evaluation scores the whole dataset, from all ranks.
+    dict(type='EvalCoverageHook'),
+    # {work_dir}/safety_report.json + a log table, at the end and on a crash.
+    dict(type='SafetyReportHook'),
+]
