@@ -74,3 +74,15 @@ def test_missing_on_one_rank_warns_on_every_rank_with_step_consensus():
                for r in (0, 1)}
     assert by_rank[0] == by_rank[1], by_rank
     assert 'loss_macl is missing' in result.output
+
+
+def test_model_without_macl_head_turns_the_check_off():
+    # The hook sits in the shared safety runtime: a model without MACL must
+    # train, with one line saying the check is off.
+    tmp = tempfile.mkdtemp()
+    cfg = toy_config(tmp, 'nomacl', "[dict(type='MACLCheckHook')]",
+                     model='macl=False', max_iters=3)
+    result = run_train(cfg, timeout=400)
+    assert result.returncode == 0 and not result.timed_out, why(result)
+    assert 'the MACL checks are off' in result.output
+    assert not events(f'{tmp}/nomacl', 'macl_presence')

@@ -73,6 +73,10 @@ class MACLCheckHook(Hook):
             Defaults to 50.
         control_margin (float): Required cosine-similarity advantage of
             true over mismatched pairs. Defaults to 0.05.
+        required (bool): Check even when the model has no MACL head (no
+            submodule with ``last_num_pairs`` and no ``head``). By default
+            such a model turns the hook off, logged once, so the hook can
+            sit in a shared runtime config. Defaults to False.
     """
 
     priority = 'NORMAL'
@@ -89,7 +93,8 @@ class MACLCheckHook(Hook):
                  chance_threshold: float = 0.95,
                  control_interval: int = 0,
                  control_warmup: int = 50,
-                 control_margin: float = 0.05) -> None:
+                 control_margin: float = 0.05,
+                 required: bool = False) -> None:
         if policy not in _POLICIES:
             raise ValueError(f'MACLCheckHook.policy must be one of '
                              f'{_POLICIES}, got {policy!r}')
@@ -109,6 +114,8 @@ class MACLCheckHook(Hook):
         consensus = StepConsensus.get()
         for name in _NAMES:
             consensus.declare(_PREFIX + name)
+        self.required = required
+        self._active = True
         self._head = None
         self._reduces_seen = 0
         self._presence_open = True
@@ -125,12 +132,22 @@ class MACLCheckHook(Hook):
         model = runner.model.module if is_model_wrapper(
             runner.model) else runner.model
         self._head = self._find_head(model)
+        if self._head is None and not self.required:
+            # Decided from the model's structure, identical on every rank.
+            self._active = False
+            self._log_once(
+                'inactive', 'MACLCheckHook: the model has no MACL head (no '
+                'submodule with last_num_pairs), so the MACL checks are off. '
+                'Set MACLCheckHook required=True (and num_pairs) to demand '
+                f'{self.loss_key} anyway, or remove the hook.',
+                logging.WARNING)
+            return
+        self._active = True
         if self._head is None:
             self._log_once(
-                'nohead', 'MACLCheckHook: no MACL head found in the model '
-                f'(head={self.head_path!r}); B comes from num_pairs or the '
-                'batch size and the shuffled-pair control is off.',
-                logging.WARNING)
+                'nohead', 'MACLCheckHook: no MACL head found in the model; '
+                'B comes from num_pairs or the batch size and the '
+                'shuffled-pair control is off.', logging.WARNING)
         elif self.control_interval > 0:
             self._wrap_head_loss(self._head)
 
@@ -183,7 +200,7 @@ class MACLCheckHook(Hook):
 
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
-        if (self.control_interval > 0
+        if (self._active and self.control_interval > 0
                 and (runner.iter + 1) % self.control_interval == 0):
             self._control_armed = True
 
@@ -213,6 +230,8 @@ class MACLCheckHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
+        if not self._active:
+            return
         iteration = runner.iter + 1
         outputs = outputs or {}
         consensus = StepConsensus.get()
