@@ -47,9 +47,9 @@ class ValidInstanceResampleDataset:
         min_instances (int): instances a sample needs to be valid. Defaults
             to 1.
         seed (int, optional): resampling seed. Defaults to the run's seed:
-            ``torch.initial_seed()`` when the wrapper is built, which MMEngine's
-            Runner has set from ``randomness.seed`` (or its synced random
-            seed) before it builds the dataloaders.
+            ``torch.initial_seed()`` when the wrapper is built, which
+            MMEngine's Runner has set from ``randomness.seed`` (or its
+            synced random seed) before it builds the dataloaders.
         lazy_init (bool): defer the inner dataset's ``full_init``.
     """
 

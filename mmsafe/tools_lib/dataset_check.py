@@ -381,7 +381,8 @@ def audit(dataset,
           limit: Optional[int] = None,
           progress: bool = True,
           seed: int = 0,
-          findings: Sequence[dict] = ()) -> dict:
+          findings: Sequence[dict] = (),
+          multiprocessing_context: Optional[str] = None) -> dict:
     """Walk ``dataset`` through its pipeline and collect every finding.
 
     Args:
@@ -395,6 +396,8 @@ def audit(dataset,
         seed (int): seed of the pipeline's random augmentations.
         findings (Sequence[dict]): dataset-level findings made before the
             walk (see :func:`build_dataset`).
+        multiprocessing_context (str, optional): worker start method
+            (``'spawn'``, ``'fork'``); the platform default when None.
 
     Returns:
         dict: the report (see :func:`summarize`).
@@ -414,6 +417,7 @@ def audit(dataset,
         collate_fn=_identity,
         worker_init_fn=_seed_worker,
         generator=generator,
+        multiprocessing_context=multiprocessing_context if workers else None,
         prefetch_factor=4 if workers > 0 else None)
     records = []
     bar = None
