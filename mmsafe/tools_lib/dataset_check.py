@@ -226,9 +226,16 @@ def _unpack(result):
     return {'visible': inputs}, sample
 
 
-def check_packed(result, num_classes: int, tol: float) -> dict:
+def check_packed(result, num_classes: int, tol: float,
+                 test_mode: bool = False) -> dict:
     """Check one pipeline output (``PackPairedDetInputs`` or
-    ``PackDetInputs`` format)."""
+    ``PackDetInputs`` format).
+
+    Boxes are checked against ``img_shape``; in test mode against the
+    larger of ``img_shape`` and ``ori_shape``, because test pipelines load
+    the ground truth after the resize so that it stays in the original
+    frame for the metric.
+    """
     if result is None:
         return dict(issues=[issue(
             'pipeline_filtered', 'a transform returned None; in training '
@@ -258,6 +265,9 @@ def check_packed(result, num_classes: int, tol: float) -> dict:
     meta = sample.metainfo
     height, width = (meta.get('img_shape') or
                      next(iter(shapes.values()))[-2:])[:2]
+    if test_mode and meta.get('ori_shape'):
+        height = max(height, meta['ori_shape'][0])
+        width = max(width, meta['ori_shape'][1])
     if len(boxes) == 0:
         found.append(issue(
             'no_valid_instances', 'no ground-truth instance left after the '
@@ -333,7 +343,8 @@ class PairAuditDataset(Dataset):
                     # the loader resized it (on_size_mismatch='resize')
                     found['severity'] = WARNING
                     found['message'] += ' (the pipeline resized it)'
-        packed = check_packed(result, num_classes, self.box_tolerance)
+        packed = check_packed(result, num_classes, self.box_tolerance,
+                              bool(getattr(owner, 'test_mode', False)))
         record['issues'] += packed.pop('issues')
         record.update(packed)
         if idx in self.show_indices and self.show_dir and result is not None:

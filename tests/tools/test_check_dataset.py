@@ -34,6 +34,23 @@ EXPECTED = {
 }
 
 
+VAL_LOADER = """
+val_dataloader = dict(
+    batch_size=1,
+    dataset=dict(
+        type='LLVIPDataset',
+        data_root={data_root!r},
+        data_prefix=dict(img='visible/train/', ann='Annotations/'),
+        test_mode=True,
+        pipeline=[
+            dict(type='LoadPairedImageFromFile'),
+            dict(type='PairedResize', scale=(32, 24), keep_ratio=True),
+            dict(type='LoadAnnotations', with_bbox=True),
+            dict(type='PackPairedDetInputs')
+        ]))
+"""
+
+
 def _run(args, timeout=300):
     return run_command([sys.executable, TOOL, *args, '--no-progress'],
                        timeout=timeout)
@@ -111,6 +128,13 @@ def test_healthy_tree_passes_and_show_dir_draws_pairs(tmp_path):
     assert left.sum() > 20 and right.sum() > 20
     assert abs(int(left.sum()) - int(right.sum())) < 0.2 * left.sum()
     assert 'check_dataset: OK' in result.output
+    # a test pipeline loads boxes after the (down)scaling, in the original
+    # frame for the metric: they are not out of the image
+    with open(cfg, 'a') as f:
+        f.write(VAL_LOADER.format(data_root=data))
+    val = _run([cfg, '--split', 'val', '--workers', '0'])
+    assert val.returncode == 0, val
+    assert 'dataset LLVIPDataset: 5 samples' in val.output
 
 
 def test_strict_fails_on_warnings_and_missing_loader_exits_2(tmp_path):
