@@ -5,8 +5,10 @@ iteration (on every rank, or on rank 1 only under DDP).
 """
 import os.path as osp
 import re
+import uuid
 
 from mmsafe.events import read_events
+from tests.engine.test_dataloader_probe_hook import _marked_processes
 from tests.utils import run_train, write_config
 
 HARD_TIMEOUT = 420
@@ -35,8 +37,12 @@ def _run(tmp_path, model, watchdog, iters=5, nproc=1):
     work_dir = str(tmp_path / 'work')
     cfg = write_config(str(tmp_path / 'cfg.py'), CONFIG.format(
         model=model, watchdog=watchdog, iters=iters, work_dir=work_dir))
-    result = run_train(cfg, nproc=nproc, timeout=HARD_TIMEOUT)
+    mark = uuid.uuid4().hex
+    result = run_train(cfg, nproc=nproc, timeout=HARD_TIMEOUT,
+                       env=dict(MMSAFE_TEST_MARK=mark))
     result.work_dir = work_dir
+    # No process of the run (ranks, launcher) outlives it, abort included.
+    assert _marked_processes(mark) == []
     return result
 
 

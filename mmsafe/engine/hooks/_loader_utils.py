@@ -185,6 +185,10 @@ def pid_alive(pid: int) -> bool:
             return False
     except ImportError:
         pass
+    if os.name == 'nt':
+        # os.kill(pid, 0) would terminate the process on Windows; callers
+        # rely on Process.is_alive there.
+        return False
     stat = f'/proc/{pid}/stat'
     if os.path.exists('/proc'):
         try:
@@ -213,7 +217,8 @@ def kill_processes(procs: List[multiprocessing.process.BaseProcess],
             p.kill()  # a worker that ignores SIGTERM
     for p in procs:
         p.join(timeout=grace)
-    return [p.pid for p in procs if p.pid is not None and pid_alive(p.pid)]
+    return [p.pid for p in procs if p.pid is not None and (
+        p.is_alive() or pid_alive(p.pid))]
 
 
 def shutdown_iterator(it: Any, force: bool = False) -> List[int]:
@@ -298,8 +303,7 @@ def rebuild_loader(loader: DataLoader, num_workers: int,
         kwargs.update(batch_sampler=loader.batch_sampler)
     else:
         kwargs.update(sampler=loader.sampler, batch_size=None)
-    return type(loader)(**kwargs) if type(loader) is DataLoader else \
-        DataLoader(**kwargs)
+    return DataLoader(**kwargs)
 
 
 def probe_fetch(loader: DataLoader, timeout: float,
@@ -463,8 +467,8 @@ def install_lazy_infinite_iterator() -> None:
     the data is unchanged: the first ``next()`` creates the same iterator.
     """
     from mmengine.runner import loops
-    cls = loops._InfiniteDataloaderIterator
-    if getattr(cls, '_mmsafe_lazy', False):
+    cls = getattr(loops, '_InfiniteDataloaderIterator', None)
+    if cls is None or getattr(cls, '_mmsafe_lazy', False):
         return
     original_next = cls.__next__
 

@@ -54,6 +54,7 @@ _PHASE_AFTER = {
     'before_test_epoch': 'test (data)',
     'before_test_iter': 'test (forward)',
     'after_test_iter': 'test (data / evaluation)',
+    'before_save_checkpoint': 'saving a checkpoint',
 }
 
 _COLLECTIVES = (
@@ -241,13 +242,13 @@ class HangWatchdogHook(Hook):
                 hb.first = True
             if 'batch_idx' in kwargs:
                 hb.batch_idx = kwargs['batch_idx']
-            self.beat(f'hooks ({fn_name})')
+            previous = self.beat(f'hooks ({fn_name})')
             try:
                 return original(fn_name, **kwargs)
             finally:
                 if fn_name == 'after_train_iter':
                     hb.first = False
-                self.beat(_PHASE_AFTER.get(fn_name))
+                self.beat(_PHASE_AFTER.get(fn_name, previous))
 
         runner.call_hook = call_hook
         self._restore.append((runner, 'call_hook', call_hook))
