@@ -104,7 +104,9 @@ def _is_main_process() -> bool:
 def preflight_gate(cfg,
                    launcher: Optional[str] = None,
                    strict: bool = True,
-                   stream=None) -> PreflightReport:
+                   stream=None,
+                   opt_out: str = '--ignore-preflight-errors'
+                   ) -> PreflightReport:
     """Run the checks before training; refuse to start on errors.
 
     Every rank runs the checks (they are deterministic and cheap), so every
@@ -116,6 +118,8 @@ def preflight_gate(cfg,
         strict (bool): raise ``SystemExit(1)`` when a row is an error.
             ``False`` prints the errors and lets training start.
         stream: where to print (default ``sys.stdout``).
+        opt_out (str): the command-line flag that starts anyway, named in
+            the refusal.
 
     Returns:
         PreflightReport: when training may start.
@@ -126,6 +130,6 @@ def preflight_gate(cfg,
     if report.has_errors and strict:
         raise SystemExit(
             f'[mmsafe] preflight found {len(report.errors)} error(s); '
-            'training was not started. Fix them, or start anyway with the '
-            'opt-out flag of tools/train.py.')
+            f'training was not started. Fix them, or start anyway with '
+            f'{opt_out}.')
     return report

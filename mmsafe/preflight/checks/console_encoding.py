@@ -25,6 +25,13 @@ def _first_unencodable(text: str, encoding: str) -> Optional[Tuple[str, int]]:
         return None
 
 
+def _pretty_text(cfg) -> str:
+    try:
+        return cfg.pretty_text
+    except Exception:  # yapf cannot format some values; the dump then
+        return str(cfg.to_dict())  # falls back to plain text, as here
+
+
 def check_console_encoding(ctx: PreflightContext) -> Iterator[CheckRow]:
     """Encode the config text with stdout's and stderr's encodings."""
     cfg = ctx.cfg
@@ -34,6 +41,8 @@ def check_console_encoding(ctx: PreflightContext) -> Iterator[CheckRow]:
     except Exception:  # a config built from a dict has no file text
         pass
     texts.append(('work_dir', str(cfg.get('work_dir', ''))))
+    # What the Runner logs: the merged config, --cfg-options included.
+    texts.append(('config dump', _pretty_text(cfg)))
     for stream_name in ('stdout', 'stderr'):
         stream = getattr(sys, stream_name)
         encoding = getattr(stream, 'encoding', None)
@@ -51,8 +60,9 @@ def check_console_encoding(ctx: PreflightContext) -> Iterator[CheckRow]:
                 'config dump at start-up and every log line with it fail '
                 'with UnicodeEncodeError.', 'config',
                 'Run with PYTHONUTF8=1 (or PYTHONIOENCODING=utf-8); on '
-                'Windows also `chcp 65001` (tools/train_with_tensorboard.bat '
-                f'does both); or remove {ascii(char)} from the config.')
+                'Windows also `chcp 65001` (the launcher '
+                'tools/train_with_tensorboard.bat sets a UTF-8 console); or '
+                f'remove {ascii(char)} from the config.')
             return
     encodings = sorted({getattr(s, 'encoding', None) or '?'
                         for s in (sys.stdout, sys.stderr)})
