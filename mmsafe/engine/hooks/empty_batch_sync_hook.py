@@ -94,6 +94,11 @@ class EmptyBatchSyncHook(Hook):
         StepConsensus.get().declare(
             EMPTY_BATCH, skip_when='all' if skip_all_empty else None)
         self._empty = False
+        # Only the forward of a training iteration is touched (set between
+        # before_train_iter and after_train_iter): a loss forward that some
+        # other hook runs elsewhere, maybe on one rank only, must neither be
+        # changed nor start the one-time key exchange (a collective).
+        self._in_train_iter = False
         self._files: List[str] = []
         self._loss_keys: set = set()
         self._keys_exchanged = False
@@ -138,6 +143,7 @@ class EmptyBatchSyncHook(Hook):
         """Detect an empty batch, report it, and post (or reduce) the flag."""
         empty = is_empty_batch(data_batch)
         self._empty = empty
+        self._in_train_iter = True
         self._files = batch_file_names(data_batch) if empty else []
         if empty:
             self.counters['empty_batches'] += 1
@@ -163,6 +169,7 @@ class EmptyBatchSyncHook(Hook):
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
         """Restore a suppressed step; report what the consensus saw."""
+        self._in_train_iter = False
         for wrapper in self._suppressed:
             wrapper.__dict__.pop('step', None)
         self._suppressed = []
@@ -213,8 +220,8 @@ class EmptyBatchSyncHook(Hook):
     def _connect_losses(self, module: nn.Module, args: Sequence,
                         kwargs: dict, output: Any) -> Any:
         mode = kwargs.get('mode', args[2] if len(args) > 2 else None)
-        if mode != 'loss' or not module.training or not isinstance(
-                output, dict):
+        if (not self._in_train_iter or mode != 'loss' or not module.training
+                or not isinstance(output, dict)):
             return None
         if not self._keys_exchanged:
             # First training forward on every rank: one exchange of the loss
