@@ -409,6 +409,10 @@ class HangWatchdogHook(Hook):
             header += ('\nThis rank waits in a collective: another rank has '
                        'probably stalled or died. Compare the hang_rank*.txt '
                        'reports of all ranks.')
+        elif phase.endswith('data'):
+            header += ('\nThis rank waits for its DataLoader: a worker may '
+                       'be stuck; num_workers=0 in the loader config rules '
+                       'worker deadlocks out (see DataLoaderProbeHook).')
         report = f'{header}\n\n{self._stacks()}\n'
         path = None
         work_dir = getattr(self._runner, 'work_dir', None)
