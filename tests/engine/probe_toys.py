@@ -90,13 +90,19 @@ class ProbeToyDataset(BaseDataset):
             (``num_workers=0``) samples load normally.
         paired (bool): data infos carry ``ir_img_path`` like mmsafe's
             paired datasets.
+        raise_in_spawn_worker (bool): raise in spawn-started workers only
+            (like a module that only the main process imported).
+        raise_always (bool): raise everywhere (a bug in the data).
     """
 
     METAINFO = dict(classes=('thing', ))
 
     def __init__(self, length: int = 8, block_in_spawn_worker: bool = False,
-                 paired: bool = False, **kwargs):
+                 paired: bool = False, raise_in_spawn_worker: bool = False,
+                 raise_always: bool = False, **kwargs):
         self.length = length
+        self.raise_in_spawn_worker = raise_in_spawn_worker
+        self.raise_always = raise_always
         self.block_in_spawn_worker = block_in_spawn_worker
         self.paired = paired
         kwargs.setdefault('pipeline', [dict(type='ProbeToVector')])
@@ -114,6 +120,9 @@ class ProbeToyDataset(BaseDataset):
         if self.block_in_spawn_worker and _in_spawned_worker():
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             threading.Event().wait()
+        if self.raise_always or (self.raise_in_spawn_worker
+                                 and _in_spawned_worker()):
+            raise KeyError(f'ProbeToyDataset: broken sample {idx}')
         return super().prepare_data(idx)
 
 

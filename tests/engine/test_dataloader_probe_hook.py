@@ -161,6 +161,32 @@ def test_lambda_without_probe_fails_unnamed(tmp_path):
     _assert_no_process_left(result)
 
 
+def test_error_only_in_spawned_workers_falls_back(tmp_path):
+    result = _run(
+        tmp_path, loader="num_workers=2, multiprocessing_context='spawn',",
+        dataset_args='raise_in_spawn_worker=True,',
+        probe='timeout=120',
+        train_cfg="type='EpochBasedTrainLoop', max_epochs=1")
+    assert result.returncode == 0, result
+    events = read_events(result.work_dir, 'dataloader_fallback')
+    assert [e['loader'] for e in events] == ['train', 'val']
+    for event in events:
+        assert 'broken sample 0' in event['cause']
+        assert 'loads without workers' in event['cause']
+    _assert_no_process_left(result)
+
+
+def test_data_bug_is_raised_not_hidden_by_fallback(tmp_path):
+    result = _run(
+        tmp_path, loader='num_workers=2,', dataset_args='raise_always=True,',
+        probe='timeout=120')
+    assert result.returncode != 0 and not result.timed_out, result
+    assert "KeyError: 'ProbeToyDataset: broken sample 0'" in result.output
+    assert 'FALLING BACK' not in result.output
+    assert read_events(result.work_dir, 'dataloader_fallback') == []
+    _assert_no_process_left(result)
+
+
 @pytest.mark.parametrize('context', ['fork', 'spawn'])
 def test_healthy_loader_is_kept(tmp_path, context):
     result = _run(
