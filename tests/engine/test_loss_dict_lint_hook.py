@@ -3,6 +3,9 @@ never optimised and a loss weight that never reaches the loss are caught
 at the first iteration; a healthy loss dict passes."""
 import tempfile
 
+import torch
+
+from mmsafe.engine.hooks import LossDictLintHook
 from tests.engine.check_toys_cfg import toy_config
 from tests.engine.check_toys_run import events, healthy_run, why
 from tests.utils import run_train
@@ -45,3 +48,27 @@ def test_unused_weight_and_unoptimised_entry_reported():
     # MACLHead's weight does reach loss_macl: not reported.
     assert 'macl_head.loss_weight' not in findings
     assert 'found 2 problem(s)' in result.output
+
+
+def _leaf_losses():
+    torch.manual_seed(0)
+    w = torch.randn(4, requires_grad=True)
+    return w, {'loss_a': (w * 2).sum().abs(), 'loss_b': w.pow(2).mean(),
+               'acc': torch.tensor(90.)}
+
+
+def test_lint_structure_weighted_sum_and_detached_copy():
+    hook = LossDictLintHook()
+    w, losses = _leaf_losses()
+    assert hook._lint_structure(losses) == []
+    weighted = dict(losses, loss_total=0.3 * losses['loss_a'] +
+                    2.0 * losses['loss_b'])
+    (finding, ) = hook._lint_structure(weighted)
+    assert "\"loss_total\" is computed from ['loss_a', 'loss_b']" in finding
+    detached = dict(losses, loss_sum=(losses['loss_a'] +
+                                      losses['loss_b']).detach())
+    (finding, ) = hook._lint_structure(detached)
+    assert "\"loss_sum\" = " in finding and "['loss_a', 'loss_b']" in finding
+    logged = dict(losses, similarity=w.sum())
+    (finding, ) = hook._lint_structure(logged)
+    assert '"similarity" requires grad' in finding

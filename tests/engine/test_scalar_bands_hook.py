@@ -50,3 +50,19 @@ def test_nan_on_one_rank_stops_every_rank_cleanly():
              if e['action'] == 'warn']
     assert sorted(e['rank'] for e in warns) == [0, 1], warns
     assert {e['iter'] for e in warns} == {3}, warns
+
+
+def test_band_matching_and_activation():
+    from mmsafe.engine.hooks.scalar_bands_hook import Band
+    band = Band(key='pascal_voc/mAP', min=0.52, after_epoch=1)
+    assert band.matches('val/pascal_voc/mAP')
+    assert not band.matches('val/pascal_voc/AP50')
+    assert not band.active(iteration=100, epoch=0) and band.active(100, 1)
+    assert band.violation(0.5) and band.violation(float('nan'))
+    assert band.violation(0.6) is None
+    losses = Band(key='loss*', finite=True)
+    assert losses.matches('train/loss') and losses.matches('train/loss_macl')
+    assert not losses.matches('train/grad_norm')
+    assert losses.violation(float('inf')) and losses.violation(1e9) is None
+    late = Band(key='loss_macl', max=1.0, after_iter=50)
+    assert not late.active(50, 0) and late.active(51, 0)

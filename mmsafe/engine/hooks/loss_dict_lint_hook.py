@@ -3,6 +3,7 @@ import copy
 import itertools
 import logging
 import random
+import time
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -236,8 +237,10 @@ class LossDictLintHook(Hook):
             local.append('the model was never called in loss mode during '
                          'the first iteration, so its loss dict could not be '
                          'linted')
+        start = time.perf_counter()
         if self.check_weights:
             local.extend(self._probe_weights(runner, data_batch))
+        probe_s = time.perf_counter() - start
         # Every rank reaches this point at the same iteration.
         gathered = all_gather_object(local)
         findings = list(dict.fromkeys(f for rank in gathered for f in rank))
@@ -245,12 +248,12 @@ class LossDictLintHook(Hook):
         update_counters('loss_dict_lint', findings=len(findings),
                         keys=self._keys)
         write_event(runner.work_dir, 'loss_dict_lint', findings=findings,
-                    keys=self._keys)
+                    keys=self._keys, weight_probe_s=round(probe_s, 3))
         if not findings:
             log(f'LossDictLintHook: loss dict {self._keys} is clean '
                 '(no double counting, every grad-carrying entry is a loss'
-                + (', every loss_weight reaches the loss' if
-                   self.check_weights else '') + ').')
+                + (f', every loss_weight reaches the loss; probe '
+                   f'{probe_s:.1f} s' if self.check_weights else '') + ').')
             return
         message = (f'LossDictLintHook (rank {get_rank()}) found '
                    f'{len(findings)} problem(s) in the loss dict '

@@ -124,6 +124,7 @@ class MACLCheckHook(Hook):
         self._control_armed = False
         self._control_result: Optional[tuple] = None
         self._logged = set()
+        self._streaks = {}
         self.stats = dict(presence_failures=0, chance_warnings=0,
                           control_runs=0, control_warnings=0)
 
@@ -331,33 +332,47 @@ class MACLCheckHook(Hook):
         self._window_sum, self._window_count = 0.0, 0
         update_counters('macl_check', chance_ratio=mean)
         if mean < self.chance_threshold:
+            self._streaks['chance'] = 0
             return
         self.stats['chance_warnings'] += 1
         update_counters('macl_check', **self.stats)
         write_event(runner.work_dir, 'macl_chance', iter=iteration,
                     ratio=mean, window=window,
                     threshold=self.chance_threshold)
-        log(f'MACLCheckHook: {self.loss_key} is at chance level at iteration '
-            f'{iteration}: mean loss / ln(B) = {mean:.3f} over the last '
-            f'{window} iterations (threshold {self.chance_threshold}). The '
-            'visible and infrared embeddings carry no pairing information: '
-            'check that pairs are matched (same file stem) and that both '
-            'modalities get identical geometric transforms.',
-            logging.WARNING)
+        self._warn_streak(
+            'chance', f'MACLCheckHook: {self.loss_key} is at chance level at '
+            f'iteration {iteration}: mean loss / ln(B) = {mean:.3f} over the '
+            f'last {window} iterations (threshold {self.chance_threshold}). '
+            'The visible and infrared embeddings carry no pairing '
+            'information: check that pairs are matched (same file stem) and '
+            'that both modalities get identical geometric transforms.')
 
     def _check_control(self, runner, iteration: int, gap: float) -> None:
         self.stats['control_runs'] += 1
         update_counters('macl_check', control_gap=gap, **self.stats)
         write_event(runner.work_dir, 'macl_control', iter=iteration, gap=gap)
         if iteration <= self.control_warmup or gap >= self.control_margin:
+            self._streaks['control'] = 0
             return
         self.stats['control_warnings'] += 1
         update_counters('macl_check', **self.stats)
-        log(f'MACLCheckHook: shuffled-pair control at iteration {iteration}: '
-            f'true pairs are only {gap:+.3f} more similar (cosine) than '
-            f'mismatched pairs (margin {self.control_margin}). The model '
-            'cannot tell true visible/infrared pairs from shuffled ones.',
-            logging.WARNING)
+        self._warn_streak(
+            'control', f'MACLCheckHook: shuffled-pair control at iteration '
+            f'{iteration}: true pairs are only {gap:+.3f} more similar '
+            f'(cosine) than mismatched pairs (margin {self.control_margin}). '
+            'The model cannot tell true visible/infrared pairs from shuffled '
+            'ones.')
+
+    def _warn_streak(self, kind: str, message: str) -> None:
+        """Warn at the 1st, 2nd, 4th, 8th ... consecutive occurrence, so a
+        long run at chance does not flood the log."""
+        streak = self._streaks.get(kind, 0) + 1
+        self._streaks[kind] = streak
+        if streak & (streak - 1) == 0:
+            suffix = '' if streak == 1 else (
+                f' ({streak} checks in a row; logged at powers of two, all '
+                'in mmsafe_events.jsonl)')
+            log(message + suffix, logging.WARNING)
 
     def _log_once(self, key: str, message: str, level: int) -> None:
         if key not in self._logged:
