@@ -8,6 +8,7 @@ resolves nowhere together with the closest registered names.
 """
 import difflib
 import importlib
+import re
 from typing import Any, Iterator, List, Optional, Set, Tuple
 
 from ..context import PreflightContext
@@ -23,6 +24,13 @@ _TASK_KEYS = {
     'match_costs', 'coder', 'iou_calc', 'bbox_sampler', 'bbox_assigner',
     'cost', 'costs'
 }
+# Model keys that MMDetection always builds through a registry: a name there
+# that resolves nowhere is an error. Other nested keys may hold names that
+# their parent interprets itself (FPG's ``dict(type='conv')``): a warning.
+_STRICT_MODEL_KEY = re.compile(
+    r'(^|_)(backbone|neck|head|loss|extractor|generator|coder|assigner|'
+    r'sampler|preprocessor|detector|encoder|decoder|fusion|calculator|'
+    r'norm_cfg|act_cfg|conv_cfg|init_cfg|model)(s?)$|^loss')
 # Top-level keys that hold no buildable types.
 _SKIP_TOP = {
     'default_scope', 'custom_imports', 'work_dir', 'load_from', 'resume',
@@ -35,6 +43,7 @@ _TOP = {
     'model': 'MODELS',
     'tta_model': 'MODELS',
     'data_preprocessor': 'MODELS',
+    'tta_pipeline': 'TRANSFORMS',
     'train_cfg': 'LOOPS',
     'val_cfg': 'LOOPS',
     'test_cfg': 'LOOPS',
@@ -43,7 +52,6 @@ _TOP = {
     'val_evaluator': 'METRICS',
     'test_evaluator': 'METRICS',
     'visualizer': 'VISUALIZERS',
-    'vis_backends': 'VISBACKENDS',
     'log_processor': 'LOG_PROCESSORS',
     'model_wrapper_cfg': 'MODEL_WRAPPERS',
     'custom_hooks': 'HOOKS',
@@ -61,7 +69,9 @@ DATALOADER = 'DATALOADER'
 class _Finding:
 
     def __init__(self, path: str, name: str, expected: str,
-                 found_in: Optional[str], suggestions: List[str]):
+                 found_in: Optional[str], suggestions: List[str],
+                 strict: bool = True):
+        self.strict = strict
         self.path = path
         self.name = name
         self.expected = expected
@@ -175,17 +185,27 @@ class _Walker:
         if not isinstance(name, str):
             return  # a class or function object: resolved already
         self.checked += 1
-        expected = _MODEL_FAMILY if registry in _MODEL_FAMILY else (
-            _ALL if registry == ANY else (registry, ))
-        if registry in ('MMCV_OPS', 'NMS'):
+        strict = registry != ANY
+        if registry in _MODEL_FAMILY:
+            # Some model parts take op names (nms, RoIAlign) under keys of
+            # their own; accept those wherever they appear in a model.
+            expected = _MODEL_FAMILY + ('NMS', 'MMCV_OPS')
+            key = path.rsplit('.type', 1)[0].split('.')[-1].split('[')[0]
+            strict = bool(_STRICT_MODEL_KEY.search(key)) or path == \
+                'model.type'
+        elif registry == ANY:
+            expected = _ALL
+        else:
             expected = (registry, )
         if any(self._resolves(r, name) for r in expected):
             return
         found_in = next((r for r in _ALL if r not in expected
                          and self._resolves(r, name)), None)
+        suggest_from = tuple(r for r in expected if r not in ('NMS',
+                                                               'MMCV_OPS'))
         self.findings.append(
             _Finding(path, name, registry, found_in,
-                     self._suggest(name, expected)))
+                     self._suggest(name, suggest_from or expected), strict))
 
     # -- walk ---------------------------------------------------------------
     def walk(self, node: Any, path: str, registry: Optional[str],
@@ -216,17 +236,16 @@ class _Walker:
 
 
 def _top_registry(key: str) -> Optional[str]:
+    """The registry of a top-level key; None for keys the Runner does not
+    build. Helper variables (``train_pipeline``, ``detector``, ...) are
+    checked where a section uses them; unused ones cannot break a run."""
     if key in _SKIP_TOP:
         return None
     if key in _TOP:
         return _TOP[key]
     if key.endswith('_dataloader'):
         return DATALOADER
-    if 'pipeline' in key:
-        return 'TRANSFORMS'
-    if key.endswith('dataset') or key.endswith('_datasets'):
-        return 'DATASETS'
-    return ANY
+    return None
 
 
 def check_registry_types(ctx: PreflightContext) -> Iterator[CheckRow]:
@@ -247,18 +266,18 @@ def check_registry_types(ctx: PreflightContext) -> Iterator[CheckRow]:
 
     bad_sections = set()
     for f in walker.findings:
-        top = f.path.split('.')[0].split('[')[0]
-        bad_sections.add(top)
+        if f.strict:
+            bad_sections.add(f.path.split('.')[0].split('[')[0])
         hint = (f' Did you mean {" or ".join(repr(s) for s in f.suggestions)}?'
                 if f.suggestions else '')
         where_else = (f' It is registered in {f.found_in}, which does not '
                       f'build this part of the config.' if f.found_in else '')
         registry = {'ANY': 'any registry', 'MMCV_OPS': 'mmcv.ops',
                     'NMS': 'mmcv.ops.nms'}.get(f.expected, f.expected)
-        # Where the config does not say which registry builds a part (an
-        # unknown top-level variable, a free-form argument), the name may not
-        # be a registry name at all: warn only.
-        status = 'warn' if f.expected == ANY else 'error'
+        # Where the config does not say which registry builds a part (a
+        # free-form argument), the name may not be a registry name at all:
+        # warn only.
+        status = 'error' if f.strict else 'warn'
         fix = (f'Correct the name{" (" + f.suggestions[0] + "?)" if f.suggestions else ""}, '  # noqa: E501
                "or import the package that registers it through "
                "custom_imports=dict(imports=[...], allow_failed_imports=False)"
