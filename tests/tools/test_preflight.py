@@ -194,6 +194,9 @@ BROKEN = [
     ('amp-bad-dtype', lambda cfg: cfg.optim_wrapper.update(
         type='AmpNaNSkipOptimWrapper', dtype='float8'), 'amp',
      'optim_wrapper.dtype', 'float8'),
+    ('amp-device-type-cuda', lambda cfg: cfg.optim_wrapper.update(
+        type='AmpNaNSkipOptimWrapper', device_type='cuda'), 'amp',
+     'optim_wrapper.device_type', "device_type='cuda'"),
     ('load-from-missing', _set('load_from', '/nonexistent/epoch_12.pth'),
      'checkpoint', 'load_from', 'does not exist'),
     ('pretrained-missing',
@@ -231,6 +234,16 @@ def test_healthy_config_has_none_of_those_rows(cli, healthy, tmp_path):
     assert not report.has_errors, report.format_text()
     assert report.find('batch', 'ok')[0].what.startswith(
         '2 samples per device x 1 accumulated')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='CPU-only behaviour')
+def test_amp_flag_on_cpu_passes(cli, healthy, tmp_path):
+    """--amp on CPU: tools/train.py picks AmpNaNSkipOptimWrapper, and
+    bfloat16 autocast works here."""
+    report = preflight(cli, healthy, str(tmp_path / 'work'), args=['--amp'])
+    assert not report.has_errors, report.format_text()
+    assert report.find('amp', 'ok')[0].what == (
+        'AMP on: AmpNaNSkipOptimWrapper, autocast bfloat16 works on cpu.')
 
 
 def test_guard_summary(cli, healthy, tmp_path):

@@ -57,7 +57,7 @@ def check_amp(ctx: PreflightContext) -> Iterator[CheckRow]:
         AmpOptimWrapper = None
     name = type_name if isinstance(type_name, str) else getattr(
         type_name, '__name__', str(type_name))
-    is_amp = 'amp' in name.lower() or (
+    is_amp = name.split('.')[-1].startswith('Amp') or (
         isinstance(cls, type) and AmpOptimWrapper is not None
         and issubclass(cls, AmpOptimWrapper))
     if not is_amp:
@@ -88,7 +88,14 @@ def check_amp(ctx: PreflightContext) -> Iterator[CheckRow]:
             f'{VALID_DTYPES}.', 'optim_wrapper.dtype',
             "Use 'float16' (GPU) or 'bfloat16', or leave it out.")
         return
-    run_device = device or 'cpu'
+    run_device = optim.get('device_type', None) or device or 'cpu'
+    if run_device != 'cpu' and run_device != device:
+        yield CheckRow(
+            'error', NAME, f'optim_wrapper.device_type={run_device!r} but '
+            f'this machine has {"no accelerator" if device is None else device}'
+            '.', 'optim_wrapper.device_type',
+            'Leave device_type out (CUDA when available, else CPU).')
+        return
     probe = dtype or ('float16' if run_device == 'cuda' else 'bfloat16')
     problem = _autocast_error(run_device, probe)
     if problem:
