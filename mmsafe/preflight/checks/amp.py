@@ -90,10 +90,10 @@ def check_amp(ctx: PreflightContext) -> Iterator[CheckRow]:
         return
     run_device = optim.get('device_type', None) or device or 'cpu'
     if run_device != 'cpu' and run_device != device:
+        has = 'no accelerator' if device is None else device
         yield CheckRow(
             'error', NAME, f'optim_wrapper.device_type={run_device!r} but '
-            f'this machine has {"no accelerator" if device is None else device}'
-            '.', 'optim_wrapper.device_type',
+            f'this machine has {has}.', 'optim_wrapper.device_type',
             'Leave device_type out (CUDA when available, else CPU).')
         return
     probe = dtype or ('float16' if run_device == 'cuda' else 'bfloat16')
