@@ -412,9 +412,11 @@ def checkpoint_problem(path: str) -> Optional[str]:
         return f'{type(err).__name__}: {err}'
     except Exception as err:  # any failure to read means: do not use it
         return f'{type(err).__name__}: {str(err).splitlines()[0][:200]}'
-    if not isinstance(ckpt, dict) or 'meta' not in ckpt or \
-            'state_dict' not in ckpt:
-        return "not a training checkpoint (no 'meta'/'state_dict')"
+    # Runner.resume reads these three; a published model lacks the hub.
+    missing = [key for key in ('meta', 'state_dict', 'message_hub')
+               if not isinstance(ckpt, dict) or key not in ckpt]
+    if missing:
+        return f'not a resumable training checkpoint (no {missing})'
     return None
 
 

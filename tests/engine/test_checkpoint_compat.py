@@ -278,7 +278,7 @@ def test_getattr_stand_in_only_resolves_history_buffer_statistics():
 def test_mmsafe_optim_wrapper_state_resumes(tmp_path, amp):
     """mmsafe's own NaN-skip wrappers (GradScaler state under AMP) keep
     their checkpoints inside the allowlist."""
-    from tests.engine.test_atomic_checkpoint import TOY_CONFIG
+    from tests.engine.ckpt_toys_cfg import TOY_CONFIG
     text = TOY_CONFIG.format(max_epochs=1, max_keep=-1, custom_hooks='[]')
     text = text.replace('optim_wrapper = dict(',
                         "optim_wrapper = dict(type='NaNSkipOptimWrapper', ")

@@ -81,9 +81,10 @@ class SafetyReportHook(Hook):
 
     priority = 'VERY_LOW'  # after every other hook's after_run
 
-    def __init__(self,
-                 sections: Optional[Sequence[Tuple[str, Sequence[str]]]] = None,
-                 max_causes: int = 4) -> None:
+    def __init__(
+            self,
+            sections: Optional[Sequence[Tuple[str, Sequence[str]]]] = None,
+            max_causes: int = 4) -> None:
         self.sections = tuple(
             (name, tuple(keys)) for name, keys in (sections or
                                                    DEFAULT_SECTIONS))
