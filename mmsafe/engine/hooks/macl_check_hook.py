@@ -38,8 +38,8 @@ class MACLCheckHook(Hook):
        ``chance_warmup`` iterations is at or above ``chance_threshold``:
        pairing broken or modalities misaligned.
     3. Shuffled-pair control (``control_interval`` > 0): every K iterations,
-       with no grad, the head embeds the batch's visible and infrared
-       features and compares the mean cosine similarity of true pairs with
+       with no grad and the head in eval mode, ``head.embed`` embeds the
+       batch's visible and infrared features and compares the mean cosine similarity of true pairs with
        that of mismatched pairs (infrared rolled by one within the batch).
        After ``control_warmup`` iterations it warns when true pairs are not
        better by at least ``control_margin``.
@@ -165,11 +165,11 @@ class MACLCheckHook(Hook):
 
     def _wrap_head_loss(self, head) -> None:
         """Capture the features the head scores, for the control."""
-        if not all(hasattr(head, a) for a in
-                   ('_select', '_embed', 'vis_projector', 'ir_projector')):
+        if not (callable(getattr(head, 'embed', None))
+                and callable(getattr(head, '_select', None))):
             self._log_once(
                 'nocontrol', 'MACLCheckHook: the MACL head has no '
-                '_select/_embed/vis_projector/ir_projector; the shuffled-pair '
+                'embed(vis_feat, ir_feat) / _select(); the shuffled-pair '
                 'control is off (set control_interval=0 to silence this).',
                 logging.WARNING)
             self.control_interval = 0
@@ -192,8 +192,14 @@ class MACLCheckHook(Hook):
         ir = head._select(ir_feats, 'infrared').detach()
         if vis.shape[0] < 2:
             return None
-        v = head._embed(vis, head.vis_projector)
-        r = head._embed(ir, head.ir_projector)
+        # Eval mode: embedding must not update the head's running state
+        # (e.g. MACLHead's feature centres); it has no dropout or BN.
+        was_training = head.training
+        head.train(False)
+        try:
+            v, r = head.embed(vis, ir)
+        finally:
+            head.train(was_training)
         true_sim = (v * r).sum(1).mean().item()
         # Each visible image against its neighbour's infrared image.
         mismatched_sim = (v * r.roll(1, dims=0)).sum(1).mean().item()
