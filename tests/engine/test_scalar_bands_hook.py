@@ -66,3 +66,18 @@ def test_band_matching_and_activation():
     assert losses.violation(float('inf')) and losses.violation(1e9) is None
     late = Band(key='loss_macl', max=1.0, after_iter=50)
     assert not late.active(50, 0) and late.active(51, 0)
+
+
+def test_validation_band_stops_iteration_loop():
+    tmp = tempfile.mkdtemp()
+    hooks = """[dict(type='ScalarBandsHook', bands=[
+        dict(key='toy/acc', min=1.01, after_iter=2, action='stop')])]"""
+    cfg = toy_config(tmp, 'valstop', hooks, max_iters=20, val_interval=4)
+    result = run_train(cfg, timeout=400)
+    assert result.returncode == 0 and not result.timed_out, why(result)
+    work_dir = osp.join(tmp, 'valstop')
+    (stop, ) = events(work_dir, 'band_stop')
+    assert stop['iter'] == 4 and 'val/toy/acc=' in stop['reason'], stop
+    assert osp.exists(osp.join(work_dir, 'band_stop_iter_4.pth'))
+    assert 'stopping the run at iteration 4' in result.output
+    assert 'Iter(train) [ 5/20]' not in result.output
