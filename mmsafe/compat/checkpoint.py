@@ -31,6 +31,12 @@ What :func:`install_checkpoint_safety` patches (each once, on import):
   key ``mmsafe_trusted_globals``; ``Runner.resume`` records each resume as an
   event (``kind='resume'``) and in the message hub (``mmsafe/resume``).
 
+Not covered: the DeepSpeed and ColossalAI strategies of ``FlexibleRunner``
+bind ``save_checkpoint`` when they are imported and keep MMEngine's plain
+write (their loading is covered); a process killed by ``kill -9`` between
+the rename of a new checkpoint and the rewrite of ``last_checkpoint``
+resumes from the previous checkpoint (one interval lost, nothing broken).
+
 Opt-in for extra trusted objects (dotted names, only for checkpoints you
 trust; ``weights_only`` stays on)::
 
@@ -530,9 +536,11 @@ def install_checkpoint_safety() -> None:
 
     save_checkpoint.__doc__ = original_save.__doc__
     import mmengine.runner as mm_runner_pkg
+    from mmengine.runner import _flexible_runner
     for module in (mm_ckpt, mm_runner, mm_runner_pkg):
         module.save_checkpoint = save_checkpoint
         module.find_latest_checkpoint = find_latest_loadable_checkpoint
+    _flexible_runner.find_latest_checkpoint = find_latest_loadable_checkpoint
 
     # ``open`` inside mmengine/hooks/checkpoint_hook.py is only used to
     # write last_checkpoint; a module global shadows the builtin there.

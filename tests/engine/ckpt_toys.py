@@ -22,12 +22,15 @@ from mmsafe.events import update_counters, write_event
 @MODELS.register_module()
 class CkptToyRegressor(BaseModel):
     """A linear regressor; raises at ``crash_at_iter`` (0-based iteration of
-    the whole run) to simulate a crash."""
+    the whole run) on ``crash_rank`` (every rank when None) to simulate a
+    crash."""
 
-    def __init__(self, crash_at_iter: Optional[int] = None, **kwargs):
+    def __init__(self, crash_at_iter: Optional[int] = None,
+                 crash_rank: Optional[int] = None, **kwargs):
         super().__init__(**kwargs)
         self.linear = nn.Linear(4, 1)
         self.crash_at_iter = crash_at_iter
+        self.crash_rank = crash_rank
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
         x = torch.stack(inputs) if isinstance(inputs, list) else inputs
@@ -35,7 +38,9 @@ class CkptToyRegressor(BaseModel):
         if mode == 'loss':
             from mmengine.logging import MessageHub
             it = MessageHub.get_current_instance().get_info('iter')
-            if self.crash_at_iter is not None and it == self.crash_at_iter:
+            from mmengine.dist import get_rank
+            if self.crash_at_iter is not None and it == self.crash_at_iter \
+                    and self.crash_rank in (None, get_rank()):
                 raise ValueError(f'toy crash at iteration {it}')
             return dict(loss=(out - x.sum(1, keepdim=True)).pow(2).mean())
         return out

@@ -49,6 +49,25 @@ def test_atomic_save_replaces_whole_file_or_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ['iter_1.pth', 'iter_3.pth']
 
 
+def test_last_checkpoint_pointer_is_written_atomically(tmp_path):
+    """MMEngine writes last_checkpoint with open(path, 'w'); inside its
+    checkpoint hook module that open writes through a temp file + rename."""
+    import mmsafe  # noqa: F401
+    from mmengine.hooks import checkpoint_hook
+    pointer = tmp_path / 'last_checkpoint'
+    pointer.write_text('old')
+    with checkpoint_hook.open(str(pointer), 'w') as f:
+        f.write('new')
+        assert pointer.read_text() == 'old'  # nothing half-written
+    assert pointer.read_text() == 'new'
+    assert os.listdir(tmp_path) == ['last_checkpoint']
+    with pytest.raises(KeyError):
+        with checkpoint_hook.open(str(pointer), 'w') as f:
+            f.write('partial')
+            raise KeyError('killed mid-write')
+    assert pointer.read_text() == 'new'
+
+
 def test_truncated_newest_checkpoint_is_skipped_on_auto_resume(tmp_path):
     config = _config(tmp_path)
     work_dir = str(tmp_path / 'work')

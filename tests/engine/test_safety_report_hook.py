@@ -10,14 +10,14 @@ HOOKS = ("[dict(type='FakeGuardHook', skip_iters=(1, 3), "
          "empty_iters_rank1=(2, )), dict(type='SafetyReportHook')]")
 
 
-def _config(tmp_path, crash_at_iter=None, max_epochs=2):
+def _config(tmp_path, crash_at_iter=None, max_epochs=2, crash_rank=None):
     text = TOY_CONFIG.format(max_epochs=max_epochs, max_keep=-1,
                              custom_hooks=HOOKS)
     if crash_at_iter is not None:
         text = text.replace(
             "model = dict(type='CkptToyRegressor')",
             f"model = dict(type='CkptToyRegressor', "
-            f"crash_at_iter={crash_at_iter})")
+            f"crash_at_iter={crash_at_iter}, crash_rank={crash_rank})")
     return write_config(str(tmp_path / 'report.py'), text)
 
 
@@ -96,6 +96,23 @@ def test_report_when_training_crashes(tmp_path):
     assert report['summary']['skipped_steps']['by_cause'] == {
         'nan_loss': 1, 'inf_grad': 1}
     assert 'Safety report: crashed' in result.output
+
+
+def test_crash_on_one_rank_writes_that_ranks_report(tmp_path):
+    """No collective on the crash path: rank 1 writes its own report; rank
+    0 is torn down by the launcher (no report from it, as documented)."""
+    config = _config(tmp_path, crash_at_iter=2, crash_rank=1)
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, nproc=2, timeout=400,
+                       args=['--work-dir', work_dir])
+    assert result.returncode != 0 and not result.timed_out, result
+    report = _report(work_dir, 'safety_report_rank1.json')
+    assert report['status'] == 'crashed'
+    assert report['ranks_reported'] == [1]
+    assert report['exception']['message'] == 'toy crash at iteration 2'
+    # Rank 1's own counters up to the crash (the skip at iteration 1).
+    assert report['summary']['skipped_steps']['counters'] == {
+        'step_guard': {'1': {'skipped': 1}}}
 
 
 def test_report_when_resume_fails(tmp_path):
