@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from mmdet.registry import OPTIM_WRAPPERS
+from .cpu_amp_ops import install_fp32_mmcv_cpu_ops
 from .nan_skip_optim_wrapper import (AMP_OVERFLOW, NONFINITE_GRAD,
                                      NaNSkipOptimWrapper)
 
@@ -39,6 +40,10 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
             device's autocast default (float16 on CUDA, bfloat16 on CPU).
         device_type (str, optional): ``'cuda'`` or ``'cpu'``. None picks
             CUDA when available.
+        fp32_mmcv_ops (bool): on CPU, run mmcv's NMS / RoIAlign / RoIPool
+            in float32 (their CPU kernels reject half precision; see
+            :mod:`mmsafe.engine.optimizers.cpu_amp_ops`). Logged once.
+            Ignored on CUDA. Defaults to True.
         **kwargs: arguments of :class:`NaNSkipOptimWrapper`.
     """
 
@@ -46,11 +51,14 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
                  loss_scale: Union[str, float, dict] = 'dynamic',
                  dtype: Optional[Union[str, torch.dtype]] = None,
                  device_type: Optional[str] = None,
+                 fp32_mmcv_ops: bool = True,
                  **kwargs) -> None:
         super().__init__(**kwargs)
         if device_type is None:
             device_type = 'cuda' if torch.cuda.is_available() else 'cpu'
         self.device_type = device_type
+        if device_type == 'cpu' and fp32_mmcv_ops:
+            install_fp32_mmcv_cpu_ops()
         self._scale_update_param = None
         if loss_scale == 'dynamic':
             self.loss_scaler = torch.amp.GradScaler(device_type)
