@@ -5,9 +5,14 @@ Learning-rate schedule on a skipped step: MMEngine's ``ParamSchedulerHook``
 steps the parameter schedulers after every training iteration (or epoch),
 whether or not the optimizer stepped. A skipped step therefore still
 consumes one iteration of the schedule (warmup included): the schedule
-follows the iteration count, not the number of applied updates. Momentum
-buffers, Adam moments and weight decay are untouched by a skipped step
-because ``optimizer.step()`` is not called at all.
+follows the iteration count, not the number of applied updates (a run
+with k skipped steps ends its schedule having applied k fewer updates; with
+gradient accumulation a dropped window consumes ``accumulative_counts``
+iterations). Momentum buffers, Adam moments (and Adam's step counter) and
+weight decay are untouched by a skipped step because ``optimizer.step()`` is
+not called at all. When the very first step of a run is skipped, MMEngine's
+schedulers print PyTorch's harmless "Detected call of `scheduler.step()`
+before `optimizer.step()`" warning.
 """
 import logging
 import math
@@ -349,7 +354,9 @@ class NaNSkipOptimWrapper(OptimWrapper):
             f'(window {[_shown(i) for i in iters]}) on all ranks, reasons '
             f'{reasons}; {details}; skipped '
             f"{self.counters['skipped']} steps so far, "
-            f"{self.counters['consecutive']} in a row", logging.WARNING)
+            f"{self.counters['consecutive']} in a row",
+            # fp16 overflows are routine while the loss scale settles.
+            logging.INFO if kind == 'amp_overflow' else logging.WARNING)
         self.recent_bad.append(
             dict(iter=it, reasons=reasons,
                  files={r['rank']: r['files'] for r in everyone}))
