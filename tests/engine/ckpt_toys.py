@@ -160,6 +160,19 @@ class TrustedNote:
         self.text = text
 
 
+@HOOKS.register_module()
+class NoteInCheckpointHook(Hook):
+    """Stores a :class:`TrustedNote` in every checkpoint's meta, as some
+    projects do with their own objects."""
+
+    def before_save_checkpoint(self, runner, checkpoint):
+        checkpoint['meta']['note'] = TrustedNote(f'iter {runner.iter}')
+
+    def after_load_checkpoint(self, runner, checkpoint):
+        from mmsafe.events import log
+        log(f"checkpoint note: {checkpoint['meta']['note'].text}")
+
+
 def make_tiny_coco(root: str, num_images: int = 4, size: int = 64) -> str:
     """Write ``num_images`` tiny images with one box each and a COCO file;
     returns the annotation file path."""

@@ -294,3 +294,27 @@ def test_mmsafe_optim_wrapper_state_resumes(tmp_path, amp):
     wrapper = 'AmpNaNSkipOptimWrapper' if amp else 'NaNSkipOptimWrapper'
     assert f"type='{wrapper}'" in result.output
     assert 'Epoch(train) [2][4/4]' in result.output, result
+
+
+def test_config_opt_in_through_train_py(tmp_path):
+    """A checkpoint with a project's own object: auto-resume refuses it,
+    naming the object; `mmsafe_trusted_globals` in the config lets it
+    load, with weights_only still on."""
+    from tests.engine.ckpt_toys_cfg import TOY_CONFIG
+    config = write_config(str(tmp_path / 'toy.py'), TOY_CONFIG.format(
+        max_epochs=1, max_keep=-1,
+        custom_hooks="[dict(type='NoteInCheckpointHook')]"))
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, timeout=300, args=['--work-dir', work_dir])
+    assert result.returncode == 0, result
+    resume = ['--work-dir', work_dir, '--resume', '--cfg-options',
+              'train_cfg.max_epochs=2']
+    result = run_train(config, timeout=300, args=resume)
+    assert result.returncode != 0, result
+    assert 'UntrustedCheckpointError' in result.output, result
+    assert '`tests.engine.ckpt_toys.TrustedNote`' in result.output
+    result = run_train(config, timeout=300, args=resume + [
+        "mmsafe_trusted_globals=['tests.engine.ckpt_toys.TrustedNote']"])
+    assert result.returncode == 0, result
+    assert 'checkpoint note: iter 4' in result.output, result
+    assert 'Epoch(train) [2][4/4]' in result.output, result
