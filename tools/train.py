@@ -4,6 +4,7 @@ The command line follows MMDetection's ``tools/train.py``::
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [PATH]] [--amp]
         [--auto-scale-lr] [--cfg-options k=v ...] [--launcher pytorch]
+        [--preflight [--ignore-preflight-errors]]
 
 Multi-GPU / multi-process (works on CPU with gloo as well)::
 
@@ -39,6 +40,13 @@ def parse_args(argv=None):
     parser.add_argument(
         '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
         default='none', help='job launcher')
+    parser.add_argument(
+        '--preflight', action='store_true',
+        help='run the checks of tools/preflight.py first and refuse to start '
+        'when one of them is an error')
+    parser.add_argument(
+        '--ignore-preflight-errors', action='store_true',
+        help='with --preflight: print the errors but start anyway')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
@@ -119,6 +127,10 @@ def main(argv=None):
 
     setup_cache_size_limit_of_dynamo()
     cfg = build_cfg(args)
+    if args.preflight:
+        from mmsafe.preflight import preflight_gate
+        preflight_gate(cfg, args.launcher,
+                       strict=not args.ignore_preflight_errors)
     if 'runner_type' not in cfg:
         runner = Runner.from_cfg(cfg)
     else:
