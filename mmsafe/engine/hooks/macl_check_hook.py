@@ -4,6 +4,7 @@ import math
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
@@ -165,13 +166,14 @@ class MACLCheckHook(Hook):
 
     def _wrap_head_loss(self, head) -> None:
         """Capture the features the head scores, for the control."""
-        if not (callable(getattr(head, 'embed', None))
-                and callable(getattr(head, '_select', None))):
+        can_embed = callable(getattr(head, 'embed', None)) or all(
+            hasattr(head, a) for a in ('vis_projector', 'ir_projector'))
+        if not (can_embed and callable(getattr(head, '_select', None))):
             self._log_once(
-                'nocontrol', 'MACLCheckHook: the MACL head has no '
-                'embed(vis_feat, ir_feat) / _select(); the shuffled-pair '
-                'control is off (set control_interval=0 to silence this).',
-                logging.WARNING)
+                'nocontrol', 'MACLCheckHook: the MACL head has neither '
+                'embed(vis_feat, ir_feat) nor vis_/ir_projector, or no '
+                '_select(); the shuffled-pair control is off (set '
+                'control_interval=0 to silence this).', logging.WARNING)
             self.control_interval = 0
             return
         original = head.loss
@@ -197,7 +199,16 @@ class MACLCheckHook(Hook):
         was_training = head.training
         head.train(False)
         try:
-            v, r = head.embed(vis, ir)
+            if callable(getattr(head, 'embed', None)):
+                v, r = head.embed(vis, ir)
+            else:  # a head without embed(): pool, project, normalise
+                pool = (F.adaptive_max_pool2d if getattr(
+                    head, 'pooling', 'avg') == 'max' else
+                        F.adaptive_avg_pool2d)
+                v = F.normalize(
+                    head.vis_projector(pool(vis, 1).flatten(1)), dim=1)
+                r = F.normalize(
+                    head.ir_projector(pool(ir, 1).flatten(1)), dim=1)
         finally:
             head.train(was_training)
         true_sim = (v * r).sum(1).mean().item()
