@@ -55,14 +55,15 @@ val_dataloader = dict(
         data_root=data_root, synthetic=synthetic, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
-train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=12, val_interval=3)
+# The synthetic task is easy: mAP50 is above 0.9 after 3 epochs.
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=5, val_interval=1)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0,
          end=50),
-    dict(type='CosineAnnealingLR', begin=0, end=12, by_epoch=True,
+    dict(type='CosineAnnealingLR', begin=0, end=5, by_epoch=True,
          eta_min_ratio=0.05, convert_to_iter_based=True)
 ]
 optim_wrapper = dict(
@@ -72,5 +73,5 @@ optim_wrapper = dict(
 
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10),
-    checkpoint=dict(type='CheckpointHook', interval=3, max_keep_ckpts=1))
+    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=1))
 randomness = dict(seed=0)

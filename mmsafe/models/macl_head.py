@@ -80,6 +80,13 @@ class MACLHead(BaseModule):
             tuple (FPN outputs, or backbone outputs without a neck);
             negative indices count from the end. Defaults to -1.
         pooling (str): ``'avg'`` or ``'max'`` global pooling.
+        center_momentum (float, optional): Subtract from each modality's
+            pooled features their running mean (an EMA with this momentum,
+            updated in training; a buffer, so it works at any batch size,
+            even 1). Pooled feature maps of different images share a large
+            common component; without centring their embeddings start
+            nearly identical and the loss sits at ``ln(B)``. None disables
+            it. Defaults to 0.9.
         norm (str, optional): ``'LN'`` (LayerNorm) or None in the projector.
         shared_projector (bool): One projector for both modalities instead
             of one each. Defaults to False.
@@ -101,6 +108,7 @@ class MACLHead(BaseModule):
                  hidden_dim: Optional[int] = None,
                  feature_level: int = -1,
                  pooling: str = 'avg',
+                 center_momentum: Optional[float] = 0.9,
                  norm: Optional[str] = 'LN',
                  shared_projector: bool = False,
                  init_temperature: float = 0.1,
@@ -127,6 +135,15 @@ class MACLHead(BaseModule):
         self.hidden_dim = hidden_dim or in_dim
         self.feature_level = feature_level
         self.pooling = pooling
+        if center_momentum is not None and not 0 <= center_momentum < 1:
+            raise ValueError('MACLHead.center_momentum must be in [0, 1) or '
+                             f'None, got {center_momentum}')
+        self.center_momentum = center_momentum
+        if center_momentum is not None:
+            self.register_buffer('vis_center', torch.zeros(in_dim))
+            self.register_buffer('ir_center', torch.zeros(in_dim))
+            self.register_buffer('num_center_updates',
+                                 torch.zeros((), dtype=torch.long))
         self.min_temperature = min_temperature
         self.max_temperature = max_temperature
         self.gather_negatives = gather_negatives
@@ -184,12 +201,45 @@ class MACLHead(BaseModule):
                 f'{feat.shape[1]} (or pick another feature_level).')
         return feat
 
-    def _embed(self, feat: Tensor, projector: nn.Module) -> Tensor:
+    def _pool(self, feat: Tensor) -> Tensor:
         if self.pooling == 'avg':
-            pooled = F.adaptive_avg_pool2d(feat, 1)
-        else:
-            pooled = F.adaptive_max_pool2d(feat, 1)
-        return F.normalize(projector(pooled.flatten(1)), dim=1)
+            return F.adaptive_avg_pool2d(feat, 1).flatten(1)
+        return F.adaptive_max_pool2d(feat, 1).flatten(1)
+
+    @torch.no_grad()
+    def _update_centers(self, vis: Tensor, ir: Tensor) -> None:
+        if self.center_momentum is None or not self.training or \
+                vis.shape[0] == 0:
+            return
+        m = 0. if int(self.num_center_updates) == 0 else self.center_momentum
+        self.vis_center.mul_(m).add_(vis.mean(0), alpha=1 - m)
+        self.ir_center.mul_(m).add_(ir.mean(0), alpha=1 - m)
+        self.num_center_updates += 1
+
+    def _embed(self, pooled: Tensor, projector: nn.Module,
+               center: Optional[Tensor]) -> Tensor:
+        if center is not None:
+            pooled = pooled - center
+        return F.normalize(projector(pooled), dim=1)
+
+    def embed(self, vis_feat: Tensor, ir_feat: Tensor) -> Tuple[Tensor,
+                                                                Tensor]:
+        """Pool, centre, project and L2-normalise both modalities.
+
+        Args:
+            vis_feat (Tensor): Visible feature maps ``[B, C, H, W]``.
+            ir_feat (Tensor): Infrared feature maps ``[B, C, H, W]``.
+
+        Returns:
+            tuple[Tensor]: ``[B, proj_dim]`` unit embeddings per modality.
+        """
+        vis, ir = self._pool(vis_feat), self._pool(ir_feat)
+        self._update_centers(vis, ir)
+        centered = self.center_momentum is not None
+        return (self._embed(vis, self.vis_projector,
+                            self.vis_center if centered else None),
+                self._embed(ir, self.ir_projector,
+                            self.ir_center if centered else None))
 
     def _connected_zero(self, *tensors: Tensor) -> Tensor:
         """A zero that depends on every parameter of the head (and the
@@ -224,8 +274,7 @@ class MACLHead(BaseModule):
             raise ValueError(f'MACLHead got {vis.shape[0]} visible and '
                              f'{ir.shape[0]} infrared feature maps')
         num_local = vis.shape[0]
-        vis_emb = self._embed(vis, self.vis_projector)
-        ir_emb = self._embed(ir, self.ir_projector)
+        vis_emb, ir_emb = self.embed(vis, ir)
 
         offset, num_keys = 0, num_local
         vis_keys, ir_keys = vis_emb, ir_emb

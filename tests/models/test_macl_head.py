@@ -47,6 +47,7 @@ def test_loss_is_symmetric_infonce_with_chance_level_ln_b():
     with torch.no_grad():
         head2 = _head(init_temperature=1.0, max_temperature=1.0,
                       shared_projector=True)
+        head2.eval()  # frozen feature centres: both calls see the same
         a = head2.loss(vis, ir)['loss_macl']
         b = head2.loss(ir, vis)['loss_macl']
     torch.testing.assert_close(a, b)
@@ -132,3 +133,28 @@ def test_temperature_is_learnable_log_parametrised_and_clamped():
     assert head.temperature.item() == pytest.approx(0.5)
     fixed = _head(learnable_temperature=False)
     assert 'log_temperature' not in dict(fixed.named_parameters())
+
+
+def test_loss_falls_below_chance_when_pairs_share_content():
+    """Pairs that share a latent (seen through different linear maps plus
+    noise per modality): training the head alone must bring the loss well
+    below ln(B); broken labels, gradients or normalisation would not."""
+    torch.manual_seed(0)
+    head = _head(in_dim=16, feature_level=0)
+    opt = torch.optim.Adam(head.parameters(), lr=1e-2)
+    mix_v, mix_r = torch.randn(6, 16), torch.randn(6, 16)
+    batch = 8
+    losses = []
+    for _ in range(150):
+        z = torch.randn(batch, 6)
+        vis = (z @ mix_v + 0.3 * torch.randn(batch, 16))[..., None, None]
+        ir = (z @ mix_r + 0.3 * torch.randn(batch, 16))[..., None, None]
+        loss = head.loss((vis.expand(-1, -1, 2, 2), ),
+                         (ir.expand(-1, -1, 2, 2), ))['loss_macl']
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert head.last_num_pairs == batch
+    assert sum(losses[:10]) / 10 > 0.8 * math.log(batch)
+    assert sum(losses[-10:]) / 10 < 0.3 * math.log(batch)
