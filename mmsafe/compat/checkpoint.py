@@ -284,13 +284,16 @@ def _remove_stale_tmp_files(dirname: str) -> None:
         match = re.search(r'\.(\d+)' + re.escape(TMP_SUFFIX) + '$', path)
         if match is None or int(match.group(1)) == os.getpid():
             continue
-        try:
-            os.kill(int(match.group(1)), 0)
-            continue  # its writer is still alive
-        except ProcessLookupError:
-            pass
-        except OSError:
-            continue
+        # On Windows os.kill would terminate the process; there a file that
+        # another process still writes cannot be removed anyway.
+        if os.name == 'posix':
+            try:
+                os.kill(int(match.group(1)), 0)
+                continue  # its writer is still alive
+            except ProcessLookupError:
+                pass
+            except OSError:
+                continue
         with contextlib.suppress(OSError):
             os.remove(path)
             _log(f'removed {path}, left by an interrupted checkpoint save.')
