@@ -11,7 +11,9 @@ _base_ = [
     './_base_/runtime_tensorboard.py',
     # Safety runtime (guards and hooks), added here when available:
     # '../_base_/safety_runtime.py',
+    # (then also optim_wrapper type='NaNSkipOptimWrapper' below)
 ]
+custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 
 data_root = 'data/llvip_synthetic/'
 # Generation parameters; train and val must agree (one tree).

@@ -10,7 +10,9 @@ _base_ = [
     './_base_/runtime_tensorboard.py',
     # Safety runtime (guards and hooks), added here when available:
     # '../_base_/safety_runtime.py',
+    # (then also optim_wrapper type='NaNSkipOptimWrapper' below)
 ]
+custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 
 # 12 epochs, VOC mAP50 on the test split after every epoch.
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=12, val_interval=1)

@@ -1,9 +1,11 @@
 # Dual-stream Faster R-CNN, ResNet-50 + FPN per modality, fused per level,
 # with the MACL cross-modal contrastive loss between the two FPN streams.
-# ImageNet init from torchvision (downloaded on first use where reachable;
-# without network, set the two init_cfg to None or point them at a local
-# file).
-pretrained = 'torchvision://resnet50'
+# ImageNet init: torchvision's ResNet-50 weights (what 'torchvision://resnet50'
+# points to), by URL so that torchvision need not be installed; downloaded on
+# first use into the torch hub cache. Without network, point `pretrained` at
+# a local copy (backbone and ir_backbone both use it), or train from scratch
+# with init_cfg=None on both backbones.
+pretrained = 'https://download.pytorch.org/models/resnet50-0676ba61.pth'
 resnet50 = dict(
     type='ResNet',
     depth=50,
@@ -32,8 +34,9 @@ model = dict(
             bgr_to_rgb=True),
         pad_size_divisor=32),
     backbone=resnet50,
-    # Separate infrared backbone (same architecture and init); set to None
-    # to share the visible backbone's weights.
+    # Separate infrared backbone (same architecture and init, its own
+    # weights); None shares the visible backbone's weights. A command-line
+    # override of model.backbone does not change it: override both.
     ir_backbone=resnet50,
     neck=dict(
         type='FPN',

@@ -1,8 +1,9 @@
 # Runtime of the LLVIP configs: MMDetection's default hooks, TensorBoard and
 # local scalars under train/ and val/ (train/loss, train/loss_macl,
 # train/grad_norm, train/lr, val/pascal_voc/mAP, ...).
+# custom_imports (mmsafe) is set by the leaf configs: the safety runtime
+# fragment sets it too, and two bases may not share a key.
 default_scope = 'mmdet'
-custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
