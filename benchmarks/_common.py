@@ -1,0 +1,144 @@
+"""Helpers shared by the benchmark scripts: machine description, robust
+statistics, and counting of collectives and host synchronisations."""
+import os
+import os.path as osp
+import platform
+import statistics
+import subprocess
+import sys
+from collections import Counter
+from typing import Dict, List, Sequence
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+MMSAFE_DIR = osp.join(REPO_ROOT, 'mmsafe') + os.sep
+DEMO_CONFIG = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
+SAFETY_RUNTIME = osp.join(REPO_ROOT, 'configs', '_base_',
+                          'safety_runtime.py')
+
+
+def uptime() -> str:
+    """`uptime` output (the machine is shared: record its load)."""
+    try:
+        return subprocess.run(['uptime'], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except Exception as exc:  # uptime missing: say so, do not fail
+        return f'uptime unavailable ({exc})'
+
+
+def machine() -> str:
+    import torch
+    return (f'{platform.processor() or platform.machine()}, '
+            f'{os.cpu_count()} cores, python {sys.version.split()[0]}, '
+            f'torch {torch.__version__}, '
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float('nan')
+
+
+def ci_of_ratio(on: List[float], off: List[float], reps: int = 2000,
+                seed: int = 0):
+    """Bootstrap 95% interval of median(on) / median(off)."""
+    import random
+    if len(on) < 2 or len(off) < 2:
+        return float('nan'), float('nan')
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(reps):
+        a = [rng.choice(on) for _ in on]
+        b = [rng.choice(off) for _ in off]
+        ratios.append(median(a) / median(b))
+    ratios.sort()
+    return ratios[int(0.025 * reps)], ratios[int(0.975 * reps) - 1]
+
+
+_SYNC_METHODS = ('item', 'tolist', 'cpu', 'numpy', '__float__', '__int__',
+                 '__bool__')
+_COLLECTIVES = (
+    'all_reduce', 'all_gather', 'all_gather_object', 'all_gather_into_tensor',
+    'broadcast', 'broadcast_object_list', 'reduce', 'reduce_scatter',
+    'gather', 'gather_object', 'scatter', 'barrier', 'monitored_barrier')
+
+
+#: mmsafe's guards (not its model or data code, which are the workload).
+GUARD_DIRS = tuple(
+    osp.join(MMSAFE_DIR, d)
+    for d in ('engine' + os.sep, 'dist.py', 'events.py', 'compat' + os.sep))
+_TORCH_TENSOR_HELPERS = ('torch' + os.sep + '_tensor.py',
+                         'torch' + os.sep + 'overrides.py')
+
+
+def _site() -> str:
+    """The code that asked for the value: the immediate caller (past
+    torch's own Tensor helpers), as 'path:function:line' when it is an mmsafe
+    guard, else '(not mmsafe)'. Calls made by code that a guard merely
+    calls into (the optimizer under an optim wrapper, a hook under the
+    watchdog's call_hook wrapper) are not the guard's."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.endswith(
+            _TORCH_TENSOR_HELPERS):
+        frame = frame.f_back
+    if frame is None:
+        return '(not mmsafe)'
+    filename = frame.f_code.co_filename
+    if filename.startswith(GUARD_DIRS):
+        return (f'{osp.relpath(filename, REPO_ROOT)}:'
+                f'{frame.f_code.co_name}:{frame.f_lineno}')
+    return '(not mmsafe)'
+
+
+class CallCounter:
+    """Counts Python-level torch.distributed collectives and tensor -> host
+    conversions (``.item()``, ``float(t)``, ``.cpu()``, ...; each is a device
+    synchronisation on CUDA), keyed by the mmsafe frame that caused them.
+
+    Only for a counting phase: it slows every conversion down, so timed
+    iterations never run with it installed.
+    """
+
+    def __init__(self) -> None:
+        self.syncs: Counter = Counter()
+        self.collectives: Counter = Counter()
+        self._saved: Dict = {}
+
+    def install(self) -> None:
+        import torch
+        import torch.distributed as dist
+        for name in _SYNC_METHODS:
+            original = getattr(torch.Tensor, name)
+            self._saved[(torch.Tensor, name)] = original
+            setattr(torch.Tensor, name, self._wrap(original, name,
+                                                   self.syncs))
+        for name in _COLLECTIVES:
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+            self._saved[(dist, name)] = original
+            setattr(dist, name, self._wrap(original, name, self.collectives))
+
+    def remove(self) -> None:
+        for (owner, name), original in self._saved.items():
+            setattr(owner, name, original)
+        self._saved.clear()
+
+    @staticmethod
+    def _wrap(original, name: str, counter: Counter):
+
+        def counted(*args, **kwargs):
+            counter[(name, _site())] += 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    def summary(self) -> dict:
+
+        def split(counter: Counter) -> dict:
+            total = sum(counter.values())
+            mmsafe = {f'{n} @ {s}': c for (n, s), c in counter.items()
+                      if s != '(not mmsafe)'}
+            return dict(total=total, mmsafe=sum(mmsafe.values()),
+                        mmsafe_sites=mmsafe)
+
+        return dict(syncs=split(self.syncs),
+                    collectives=split(self.collectives))

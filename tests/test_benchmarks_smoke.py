@@ -1,0 +1,71 @@
+"""Smoke runs of the benchmark scripts with tiny settings: each must run to
+the end and print its figures. Timings are never asserted here (they belong
+to benchmarks/README.md, measured in one run)."""
+import re
+import sys
+
+import pytest
+
+from tests.utils import run_command
+
+# Hard limits only so that a hang fails; the machine is shared and slow.
+TIMEOUT = 300
+NUMBER = r'[0-9]+\.[0-9]+'
+
+
+def _run(*args: str) -> str:
+    result = run_command([sys.executable, *args], timeout=TIMEOUT)
+    assert not result.timed_out, result
+    assert result.returncode == 0, result
+    assert 'uptime before:' in result.output
+    assert 'uptime after:' in result.output
+    return result.output
+
+
+def _assert_overhead_figures(out: str) -> None:
+    assert re.search(rf'RATIO median on/off: {NUMBER} \(95% bootstrap CI',
+                     out), out[-3000:]
+    assert re.search(rf'median s/iter guards on : {NUMBER}', out)
+    assert re.search(rf'median s/iter guards off: {NUMBER}', out)
+    assert re.search(rf'collectives \(Python torch.distributed calls\): '
+                     rf'on {NUMBER}, off {NUMBER}, added -?{NUMBER}', out)
+    assert re.search(rf'host syncs .*: on {NUMBER}, off {NUMBER}, added '
+                     rf'-?{NUMBER}', out)
+
+
+def test_guard_overhead_single(tmp_path):
+    out = _run('benchmarks/guard_overhead.py', '--iters', '4', '--block',
+               '2', '--work-dir', str(tmp_path))
+    _assert_overhead_figures(out)
+    assert 'single process, cpu' in out
+
+
+def test_guard_overhead_ddp(tmp_path):
+    out = _run('benchmarks/guard_overhead.py', '--ddp', '--iters', '2',
+               '--block', '2', '--work-dir', str(tmp_path))
+    _assert_overhead_figures(out)
+    assert '2-rank gloo DDP' in out
+    # the step consensus is one collective per optimizer step
+    match = re.search(rf'collectives .*: on ({NUMBER}), off ({NUMBER})', out)
+    assert match and float(match.group(1)) >= 1.0, out[-3000:]
+
+
+@pytest.mark.parametrize('scenario,pattern', [
+    ('worker', rf'fallback done: -?{NUMBER} s past the deadline'),
+    ('rank', rf'rank 1: stack dump -?{NUMBER} s past the deadline'),
+    ('nan', r'iterations from fault to skip: 0; steps lost beyond the '
+     r'faulty one: 0'),
+])
+def test_detect_recover(scenario, pattern):
+    out = _run('benchmarks/detect_recover.py', '--only', scenario,
+               '--probe-timeout', '3', '--watchdog-timeout', '3')
+    assert re.search(pattern, out), out[-3000:]
+
+
+def test_data_loading(tmp_path):
+    out = _run('benchmarks/data_loading.py', '--rounds', '1', '--batches',
+               '3', '--large', '8', '--large-size', '320', '256',
+               '--data-dir', str(tmp_path))
+    assert len(re.findall(rf'num_workers=2: {NUMBER} pairs/s', out)) == 2
+    assert len(re.findall(rf'num_workers=0: {NUMBER} pairs/s', out)) == 2
+    assert '8 synthetic 320x256 pairs' in out
