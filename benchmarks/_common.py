@@ -33,6 +33,20 @@ def machine() -> str:
             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
 
 
+def revision() -> str:
+    """The commit measured, and whether the demo config differs from it."""
+    def git(*args):
+        return subprocess.run(['git', *args], cwd=REPO_ROOT,
+                              capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    try:
+        head = git('rev-parse', '--short', 'HEAD')
+        dirty = git('status', '--porcelain', '--', DEMO_CONFIG)
+    except Exception as exc:  # no git: say so, do not fail
+        return f'unknown ({exc})'
+    return f"{head}{' (demo config modified)' if dirty else ''}"
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float('nan')
 
@@ -142,3 +156,22 @@ class CallCounter:
 
         return dict(syncs=split(self.syncs),
                     collectives=split(self.collectives))
+
+
+def guard_profile(profiler, top: int = 12) -> dict:
+    """Self time (excluding callees) of mmsafe guard code in a cProfile run:
+    what the guards themselves add, whatever they call into."""
+    import pstats
+    stats = pstats.Stats(profiler).stats
+    rows = []
+    for (filename, lineno, func), (_, calls, tottime, cumtime,
+                                   _) in stats.items():
+        if filename.startswith(GUARD_DIRS):
+            rows.append(dict(
+                site=f'{osp.relpath(filename, REPO_ROOT)}:{func}:{lineno}',
+                calls=calls, self_s=tottime, cum_s=cumtime))
+    by_cum = sorted(rows, key=lambda r: -r['cum_s'])[:top]
+    rows.sort(key=lambda r: -r['self_s'])
+    total = sum(tt for (_, _, tt, _, _) in stats.values())
+    return dict(guard_self_s=sum(r['self_s'] for r in rows),
+                total_self_s=total, top=rows[:top], top_cum=by_cum)

@@ -76,7 +76,7 @@ def build_config(args) -> Config:
     cfg.train_cfg = dict(
         type='GatedIterLoop', gate_dir=args.gate_dir, mode=args.mode,
         block_iters=args.block_iters, num_blocks=args.blocks,
-        count_block=True)
+        count_block=True, profile_block=args.profile)
     # a constant-length warmup only: the schedule must not depend on epochs
     cfg.param_scheduler = [
         dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
@@ -106,6 +106,7 @@ def main() -> None:
     parser.add_argument('--blocks', type=int, required=True)
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--amp', action='store_true')
+    parser.add_argument('--profile', action='store_true')
     parser.add_argument('--launcher', default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args()

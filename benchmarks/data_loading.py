@@ -29,7 +29,8 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks._common import DEMO_CONFIG, machine, median, uptime  # noqa
+from benchmarks._common import (DEMO_CONFIG, machine, median,  # noqa
+                                revision, uptime)
 
 
 def loader_cfg(base: dict, num_workers: int) -> dict:
@@ -104,6 +105,7 @@ def main() -> None:
     cfg = Config.fromfile(DEMO_CONFIG)
     base = cfg.train_dataloader.to_dict()
     print(f'machine: {machine()}')
+    print(f'revision: {revision()}')
     print(f'uptime before: {uptime()}')
     measure(f'demo data ({cfg.get("img_scale", "demo")} pairs)', base,
             args.workers, args.rounds, args.batches)

@@ -33,7 +33,7 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks._common import machine, uptime  # noqa: E402
+from benchmarks._common import machine, revision, uptime  # noqa: E402
 from mmsafe.events import read_events  # noqa: E402
 from tests.utils import run_train, write_config  # noqa: E402
 
@@ -176,6 +176,7 @@ def main() -> None:
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix='mmsafe_bench_detect_')
     print(f'machine: {machine()}')
+    print(f'revision: {revision()}')
     print(f'uptime before: {uptime()}')
     try:
         if 'worker' in args.only:

@@ -51,14 +51,18 @@ class GatedIterLoop(IterBasedTrainLoop):
         num_blocks (int): timed blocks.
         count_block (bool): run one more block with
             :class:`benchmarks._common.CallCounter` installed.
+        profile_block (bool): run one more block (after the counting one)
+            under cProfile and report the self time of mmsafe guard code.
         gate_timeout (float): seconds to wait for a block's start.
         **kwargs: the rest of ``IterBasedTrainLoop``'s arguments.
     """
 
     def __init__(self, runner, dataloader, gate_dir: str, mode: str,
                  block_iters: int, num_blocks: int, count_block: bool = True,
-                 gate_timeout: float = 1800., **kwargs) -> None:
-        self.num_timed_blocks = num_blocks + (1 if count_block else 0)
+                 profile_block: bool = False, gate_timeout: float = 1800.,
+                 **kwargs) -> None:
+        self.num_timed_blocks = num_blocks + int(count_block) + int(
+            profile_block)
         super().__init__(
             runner, dataloader,
             max_iters=block_iters * self.num_timed_blocks,
@@ -67,6 +71,7 @@ class GatedIterLoop(IterBasedTrainLoop):
         self.mode = mode
         self.block_iters = block_iters
         self.count_block = count_block
+        self.profile_block = profile_block
         self.gate_timeout = gate_timeout
         self.setup_started = time.perf_counter()
 
@@ -78,7 +83,10 @@ class GatedIterLoop(IterBasedTrainLoop):
             osp.join(self.gate_dir, f'ready_{self.mode}_r{rank}.json'),
             dict(pid=os.getpid()))
         for block in range(self.num_timed_blocks):
-            counting = self.count_block and block == self.num_timed_blocks - 1
+            last = self.num_timed_blocks - 1
+            profiling = self.profile_block and block == last
+            counting = self.count_block and block == last - int(
+                self.profile_block)
             _wait_for(osp.join(self.gate_dir, f'go_{self.mode}_{block}'),
                       self.gate_timeout)
             counter: Optional[object] = None
@@ -86,6 +94,11 @@ class GatedIterLoop(IterBasedTrainLoop):
                 from benchmarks._common import CallCounter
                 counter = CallCounter()
                 counter.install()
+            profiler = None
+            if profiling:
+                import cProfile
+                profiler = cProfile.Profile()
+                profiler.enable()
             times = []
             sync_cuda = torch.cuda.is_available() and \
                 torch.cuda.is_initialized()
@@ -98,6 +111,11 @@ class GatedIterLoop(IterBasedTrainLoop):
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - start)
             result = dict(times=times, iter=self._iter)
+            if profiler is not None:
+                profiler.disable()
+                from benchmarks._common import guard_profile
+                result['profile'] = guard_profile(profiler)
+                result['steps'] = self.block_iters
             if counter is not None:
                 counter.remove()
                 result['counts'] = counter.summary()

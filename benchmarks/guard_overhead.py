@@ -32,7 +32,7 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._common import (ci_of_ratio, machine, median,  # noqa: E402
-                                uptime)
+                                revision, uptime)
 
 WORKER = osp.join(REPO_ROOT, 'benchmarks', '_overhead_worker.py')
 MODES = ('on', 'off')
@@ -55,7 +55,8 @@ class Group:
             WORKER, '--mode', mode, '--gate-dir', gate_dir, '--work-dir',
             args.work_dir, '--block-iters', str(args.block), '--blocks',
             str(blocks), '--device', args.device
-        ] + (['--amp'] if args.amp else [])
+        ] + (['--amp'] if args.amp else []) + (
+            ['--profile'] if args.profile else [])
         if args.ddp:
             cmd = [sys.executable, '-m', 'torch.distributed.run',
                    f'--nproc_per_node={self.nproc}',
@@ -123,6 +124,9 @@ def main() -> None:
     parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     parser.add_argument('--amp', action='store_true',
                         help='AmpOptimWrapper vs AmpNaNSkipOptimWrapper')
+    parser.add_argument('--profile', action='store_true',
+                        help='one more (untimed) block under cProfile: self '
+                        'time of mmsafe guard code per iteration')
     parser.add_argument('--work-dir', default=osp.join(
         REPO_ROOT, 'work_dirs', 'bench_guard_overhead'))
     parser.add_argument('--timeout', type=float, default=1800,
@@ -138,6 +142,7 @@ def main() -> None:
     nproc = 2 if args.ddp else 1
 
     print(f'machine: {machine()}')
+    print(f'revision: {revision()}')
     if args.device == 'cuda':
         import torch
         print(f'device: {torch.cuda.get_device_name(0)}')
@@ -149,6 +154,8 @@ def main() -> None:
     block_medians: Dict[str, List[float]] = {m: [] for m in MODES}
     warmup: Dict[str, float] = {}
     counts: Dict[str, dict] = {}
+    profile: Dict[str, dict] = {}
+    extra = 1 + int(args.profile)  # counting (+ profiling) blocks
     try:
         # Start one after the other, so that set-up (data tree creation,
         # probing) does not overlap either.
@@ -158,7 +165,7 @@ def main() -> None:
                         for r in range(nproc)], groups[mode],
                        deadline - time.monotonic())
             setup[mode] = time.perf_counter() - groups[mode].started
-        for block in range(blocks + 1):
+        for block in range(blocks + extra):
             order = MODES if block % 2 == 0 else MODES[::-1]
             for mode in order:
                 open(osp.join(gate_dir, f'go_{mode}_{block}'), 'w').close()
@@ -169,6 +176,9 @@ def main() -> None:
                 results = [load(p) for p in done]
                 if block == blocks:  # the counting block
                     counts[mode] = results[0]
+                    continue
+                if block == blocks + 1:  # the profiling block
+                    profile[mode] = results[0]
                     continue
                 # a DDP iteration lasts as long as its slowest rank
                 per_iter = [max(ts) for ts in
@@ -185,10 +195,10 @@ def main() -> None:
         for group in groups.values():
             group.kill()
     print(f'uptime after: {uptime()}')
-    report(args, times, block_medians, setup, warmup, counts)
+    report(args, times, block_medians, setup, warmup, counts, profile)
 
 
-def report(args, times, block_medians, setup, warmup, counts) -> None:
+def report(args, times, block_medians, setup, warmup, counts, profile) -> None:
     on, off = times['on'], times['off']
     ratio = median(on) / median(off)
     low, high = ci_of_ratio(on, off)
@@ -209,9 +219,17 @@ def report(args, times, block_medians, setup, warmup, counts) -> None:
           f'off: {setup["off"]:.1f}')
     print(f'warm-up block ({args.block} iterations, one-time checks '
           f'included) s on: {warmup["on"]:.2f}, off: {warmup["off"]:.2f}')
-    verdict = ('OK (<= 1.01)' if ratio <= 1.01 else
-               'above target (1.01)' if ratio <= 1.02 else
-               'DEFECT (> 1.02): profile it')
+    # Judge the interval, not the point: on a shared machine the point
+    # moves by a few per cent between runs.
+    if ratio <= 1.01 and high <= 1.02:
+        verdict = 'OK (<= 1.01)'
+    elif low > 1.02:
+        verdict = ('DEFECT (> 1.02 with 95% confidence): run with --profile '
+                   'and see which guard costs it')
+    else:
+        verdict = ('NOT RESOLVED: the 95% interval spans the target; rerun '
+                   'with more --iters, a smaller --block, on a quieter '
+                   'machine, and with --profile')
     print(f'verdict: {verdict}')
     if counts:
         steps = counts['on']['steps']
@@ -230,10 +248,28 @@ def report(args, times, block_medians, setup, warmup, counts) -> None:
             for site, n in sorted(c_on['mmsafe_sites'].items(),
                                   key=lambda kv: -kv[1]):
                 print(f'    {n / steps:6.2f}  {site}')
+    if profile:
+        prof, steps = profile['on']['profile'], profile['on']['steps']
+        per_iter = sum(profile['on']['times']) / steps
+        print(f'\n== cProfile, guards on, {steps} iterations (rank 0; not '
+              f'timed): self time of mmsafe guard code '
+              f'{1000 * prof["guard_self_s"] / steps:.2f} ms/iteration '
+              f'({100 * prof["guard_self_s"] / prof["total_self_s"]:.2f}% '
+              f'of all profiled time; profiled iteration '
+              f'{1000 * per_iter:.0f} ms) ==')
+        for title, rows in (('by self time', prof['top']),
+                            ('by cumulative time (callees included: a '
+                             'wrapper includes what it wraps)',
+                             prof['top_cum'])):
+            print(f'  {title}:')
+            for row in rows:
+                print(f'    {1000 * row["self_s"] / steps:7.3f} ms/iter self,'
+                      f' {1000 * row["cum_s"] / steps:8.2f} cum, '
+                      f'{row["calls"] / steps:5.1f} calls  {row["site"]}')
     out = osp.join(args.work_dir, 'results.json')
     with open(out, 'w') as f:
         json.dump(dict(times=times, setup=setup, counts=counts,
-                       ratio=ratio), f)
+                       profile=profile, ratio=ratio), f)
     print(f'raw results: {out}')
 
 

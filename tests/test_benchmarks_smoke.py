@@ -35,9 +35,13 @@ def _assert_overhead_figures(out: str) -> None:
 
 def test_guard_overhead_single(tmp_path):
     out = _run('benchmarks/guard_overhead.py', '--iters', '4', '--block',
-               '2', '--work-dir', str(tmp_path))
+               '2', '--profile', '--work-dir', str(tmp_path))
     _assert_overhead_figures(out)
     assert 'single process, cpu' in out
+    assert re.search(rf'self time of mmsafe guard code {NUMBER} ms/iteration',
+                     out), out[-3000:]
+    # the optim wrapper is guard code and runs every iteration
+    assert 'nan_skip_optim_wrapper.py:step' in out
 
 
 def test_guard_overhead_ddp(tmp_path):
