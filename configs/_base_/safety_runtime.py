@@ -4,8 +4,7 @@
 #   _base_ = ['./your_config.py', 'path/to/mmsafe/configs/_base_/safety_runtime.py']
 #   optim_wrapper = dict(type='NaNSkipOptimWrapper')  # or AmpNaNSkipOptimWrapper
 #
-# FIRST VERSION (checkpoint/report part); the guard list is completed when
-# all guards are in. Notes on MMEngine's config inheritance:
+# The LLVIP configs in configs/llvip/ use it this way. Notes on MMEngine's config inheritance:
 # * two bases may not define the same key (KeyError "Duplicate key is not
 #   allowed among bases"), so this fragment sets no key that MMDetection's
 #   bases set (no optim_wrapper: its type is switched in the child config,
@@ -44,6 +43,9 @@ custom_hooks = [
     dict(type='MACLCheckHook'),
     # Every evaluation scores the whole dataset, from all ranks.
     dict(type='EvalCoverageHook'),
+    # Counts samples that ValidInstanceResampleDataset replaced (idle without
+    # that wrapper).
+    dict(type='ValidInstanceResampleHook'),
     # {work_dir}/safety_report.json + a log table, at the end and on a crash.
     dict(type='SafetyReportHook'),
 ]

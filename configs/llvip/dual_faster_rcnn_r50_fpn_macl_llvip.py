@@ -8,9 +8,8 @@ _base_ = [
     '../_base_/models/dual_faster_rcnn_r50_fpn.py',
     '../_base_/datasets/llvip.py',
     './_base_/runtime_tensorboard.py',
-    # Safety runtime (guards and hooks), added here when available:
-    # '../_base_/safety_runtime.py',
-    # (then also optim_wrapper type='NaNSkipOptimWrapper' below)
+    # every mmsafe guard with safe defaults (custom_imports, custom_hooks)
+    '../_base_/safety_runtime.py',
 ]
 custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 
@@ -29,11 +28,25 @@ param_scheduler = [
 # lr 0.02 for a total batch of 16 (MMDetection's Faster R-CNN 1x), scaled
 # linearly: 0.005 for one process with batch 4. clip_grad also makes
 # train/grad_norm appear in the logs.
+# NaN/Inf loss or gradient on any rank: all ranks skip the step together.
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='NaNSkipOptimWrapper',
     optimizer=dict(type='SGD', lr=0.005, momentum=0.9, weight_decay=0.0001),
     clip_grad=dict(max_norm=35, norm_type=2))
 
 # python tools/train.py ... --auto-scale-lr rescales lr to the real total
 # batch size.
 auto_scale_lr = dict(enable=False, base_batch_size=4)
+
+# Expected bands of a healthy LLVIP run (from our users' runs): warn when
+# grad_norm stays above 20, when loss_macl stays at its chance level after
+# warm-up (pairing broken), when mAP50 is below 0.52 after epoch 1; stop
+# cleanly (checkpoint saved) when losses stay non-finite.
+custom_hooks = _base_.custom_hooks + [
+    dict(type='ScalarBandsHook', bands=[
+        dict(key='grad_norm', max=20, action='warn', patience=20),
+        dict(key='macl_chance_ratio', max=0.95, after_iter=500,
+             action='warn', patience=20),
+        dict(key='pascal_voc/mAP', min=0.52, after_epoch=1, action='warn'),
+        dict(key='loss*', finite=True, action='stop', patience=3)]),
+]

@@ -278,6 +278,10 @@ class HangWatchdogHook(Hook):
                 finally:
                     self.beat(_after or previous)
 
+            # Keep the wrapped method's attributes: MMEngine's param
+            # schedulers mark `step` with `_with_counter` and warn when the
+            # mark disappears.
+            functools.update_wrapper(wrapped, original)
             setattr(optim_wrapper, method, wrapped)
             self._restore.append((optim_wrapper, method, wrapped))
 
