@@ -11,31 +11,16 @@ import multiprocessing
 import os
 from typing import Dict, Iterator, Optional
 
+from mmsafe.engine.hooks._loader_utils import available_memory
 from ..context import PreflightContext
 from ..report import CheckRow
 
 NAME = 'dataloader'
+
 PROBE_HOOK = 'DataLoaderProbeHook'
 # What a spawn-started worker costs before it loads anything: its own
 # Python with torch, MMEngine and MMDetection imported (measured RSS).
 SPAWN_WORKER_BYTES = 400 * 2**20
-
-
-def available_memory() -> Optional[int]:
-    """Bytes of memory available to new allocations, if known."""
-    try:
-        import psutil
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        pass
-    try:
-        with open('/proc/meminfo') as f:
-            for line in f:
-                if line.startswith('MemAvailable:'):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _memory_rows(ctx: PreflightContext, name: str, loader: Dict,
