@@ -110,3 +110,30 @@ def test_linux_launcher_shows_log_tail_on_failure(tmp_path):
     assert result.returncode != 0
     assert 'training FAILED' in result.output
     assert 'NoSuchBackbone' in result.output
+
+
+def test_dist_train_sh_runs_two_gloo_processes_on_cpu(tmp_path):
+    from tests.utils import free_port
+    work_dir = str(tmp_path / 'work')
+    script = osp.join(REPO_ROOT, 'tools', 'dist_train.sh')
+    env = dict(PORT=str(free_port()),
+               PATH=osp.dirname(sys.executable) + os.pathsep +
+               os.environ.get('PATH', ''))
+    result = run_command(
+        ['bash', script, DEMO, '2', '--work-dir', work_dir, '--cfg-options',
+         *shrink(str(tmp_path / 'llvip') + '/')],
+        timeout=600, env=env)
+    assert result.returncode == 0, result
+    assert 'gloo' in result.output
+    assert osp.exists(osp.join(work_dir, 'epoch_1.pth'))
+
+
+def test_amp_flag_trains_the_demo_on_cpu(tmp_path):
+    work_dir = str(tmp_path / 'work')
+    result = run_train(DEMO, timeout=600, args=[
+        '--amp', '--work-dir', work_dir, '--cfg-options',
+        *shrink(str(tmp_path / 'llvip') + '/')])
+    assert result.returncode == 0, result
+    assert 'AmpNaNSkipOptimWrapper' in result.output
+    assert 'No inf checks were recorded' not in result.output
+    assert osp.exists(osp.join(work_dir, 'epoch_1.pth'))
