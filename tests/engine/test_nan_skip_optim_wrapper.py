@@ -372,3 +372,37 @@ def test_amp_cpu_runs_mmcv_roi_align_and_nms():
     out.float().sum().backward()
     assert feats.grad.dtype == torch.bfloat16 and feats.grad.abs().sum() > 0
     assert keep.tolist() == [0, 2]
+
+
+@pytest.mark.parametrize('clip_grad', [
+    dict(max_norm=0.05, norm_type=2), dict(max_norm=0.05, norm_type=1),
+    dict(type='value', clip_value=0.01)])
+def test_clipping_matches_mmengine_optim_wrapper(clip_grad):
+    """The wrapper clips with the norm it measured for the skip decision;
+    the step must equal MMEngine's OptimWrapper with the same clip_grad."""
+    import copy
+
+    import mmsafe  # noqa: F401
+    from mmengine.optim import OptimWrapper
+    from mmsafe.engine.optimizers import NaNSkipOptimWrapper
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 2))
+    reference = copy.deepcopy(model)
+    x = torch.randn(32, 8)
+    wrappers = [
+        NaNSkipOptimWrapper(
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+            clip_grad=dict(clip_grad)),
+        OptimWrapper(
+            optimizer=torch.optim.SGD(reference.parameters(), lr=0.5),
+            clip_grad=dict(clip_grad)),
+    ]
+    for net, wrapper in zip((model, reference), wrappers):
+        for _ in range(3):
+            with wrapper.optim_context(net):
+                loss = (net(x) ** 2).sum()
+            wrapper.update_params(loss)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)

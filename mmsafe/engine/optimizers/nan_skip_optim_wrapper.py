@@ -269,7 +269,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
         if reasons:
             self._skip(reasons, window, grad_norm)
         else:
-            self._apply(params, grad_norm, **kwargs)
+            self._apply(params, grad_norm, total_norm=total_norm, **kwargs)
         self._publish()
 
     def _params_with_grad(self) -> List[torch.Tensor]:
@@ -279,12 +279,25 @@ class NaNSkipOptimWrapper(OptimWrapper):
         ]
 
     def _apply(self, params: List[torch.Tensor], grad_norm: float,
-               **kwargs) -> None:
+               total_norm: Optional[torch.Tensor] = None, **kwargs) -> None:
         self.message_hub.update_scalar('train/grad_norm', grad_norm)
         if self.clip_grad_per_module:
             self._clip_per_module(params)
         if self.clip_grad_kwargs and params:
-            self.clip_func(params, **self.clip_grad_kwargs)
+            clip_with_norm = getattr(torch.nn.utils, 'clip_grads_with_norm_',
+                                     None)
+            if (clip_with_norm is not None and total_norm is not None
+                    and self.grad_name == 'grad_norm'
+                    and not self.clip_grad_per_module
+                    and set(self.clip_grad_kwargs) <= {'max_norm',
+                                                       'norm_type'}):
+                # The total norm was measured for the skip decision with the
+                # same norm_type; clipping reuses it instead of a second pass
+                # over every gradient.
+                clip_with_norm(params, self.clip_grad_kwargs['max_norm'],
+                               total_norm)
+            else:
+                self.clip_func(params, **self.clip_grad_kwargs)
         self._optimizer_step(**kwargs)
         self.counters['steps'] += 1
         self.counters['consecutive'] = 0
