@@ -118,6 +118,18 @@ def build_cfg(args):
     return cfg
 
 
+def release_process_group() -> None:
+    """Destroy the default process group before the interpreter exits.
+
+    MMEngine leaves it alive; when Python then tears down a live gloo group
+    its worker threads can abort the process ("terminate called without an
+    active exception") after a run that finished cleanly.
+    """
+    import torch.distributed as torch_dist
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        torch_dist.destroy_process_group()
+
+
 def main(argv=None):
     args = parse_args(argv)
     import mmsafe  # noqa: F401  (registers components, applies shims)
@@ -136,6 +148,9 @@ def main(argv=None):
     else:
         runner = RUNNERS.build(cfg)
     runner.train()
+    # Only after a clean finish: a crash keeps the group for the handlers
+    # (the safety report needs the rank) and exits non-zero anyway.
+    release_process_group()
     return runner
 
 
