@@ -58,12 +58,15 @@ def enable_visualization(cfg, args) -> None:
 def release_process_group() -> None:
     """Destroy the default process group before the interpreter exits.
 
-    MMEngine leaves it alive; when Python then tears down a live gloo group
-    its worker threads can abort the process ("terminate called without an
-    active exception") after a run that finished cleanly.
+    MMEngine leaves it alive; when Python then tears down a live gloo group,
+    or one rank closes its connections while a peer still uses them, gloo's
+    threads can abort the process ("terminate called without an active
+    exception") after a run that finished cleanly. The barrier makes every
+    rank finish before any rank tears the group down.
     """
     import torch.distributed as torch_dist
     if torch_dist.is_available() and torch_dist.is_initialized():
+        torch_dist.barrier()
         torch_dist.destroy_process_group()
 
 
