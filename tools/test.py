@@ -55,47 +55,21 @@ def enable_visualization(cfg, args) -> None:
         default_hooks['visualization']['test_out_dir'] = args.show_dir
 
 
-def release_process_group() -> None:
-    """Destroy the default process group before the interpreter exits.
-
-    MMEngine leaves it alive; when Python then tears down a live gloo group,
-    or one rank closes its connections while a peer still uses them, gloo's
-    threads can abort the process ("terminate called without an active
-    exception") after a run that finished cleanly. The barrier makes every
-    rank finish before any rank tears the group down.
-    """
-    import torch.distributed as torch_dist
-    if torch_dist.is_available() and torch_dist.is_initialized():
-        torch_dist.barrier()
-        torch_dist.destroy_process_group()
-
-
 def main(argv=None):
     args = parse_args(argv)
     import mmsafe  # noqa: F401  (registers components, applies shims)
     from mmdet.utils import setup_cache_size_limit_of_dynamo
-    from mmengine.config import Config
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
+    from mmsafe.tools_lib.cli import (build_runner, load_config,
+                                      release_process_group)
 
     setup_cache_size_limit_of_dynamo()
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args.config, args.launcher, args.cfg_options,
+                      args.work_dir)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
         enable_visualization(cfg, args)
 
-    if 'runner_type' not in cfg:
-        runner = Runner.from_cfg(cfg)
-    else:
-        runner = RUNNERS.build(cfg)
+    runner = build_runner(cfg)
 
     if args.out is not None:
         if not args.out.endswith(('.pkl', '.pickle')):
@@ -104,8 +78,6 @@ def main(argv=None):
         runner.test_evaluator.metrics.append(
             DumpDetResults(out_file_path=args.out))
     metrics = runner.test()
-    # Only after a clean finish: a crash keeps the group for the handlers
-    # (the safety report needs the rank) and exits non-zero anyway.
     release_process_group()
     return metrics
 
