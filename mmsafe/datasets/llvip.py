@@ -12,7 +12,7 @@ from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 from mmsafe.events import log
 from .pairing import (MissingPair, check_missing_pair_policy,
-                      handle_missing_pairs)
+                      handle_missing_pairs, missing_side)
 from .synthetic_llvip import ensure_synthetic_llvip
 
 DEFAULT_PREFIX = dict(
@@ -162,10 +162,8 @@ class LLVIPDataset(BaseDetDataset):
             has_ir = (not self.return_modality_pair) or exists(
                 ir_path, backend_args=self.backend_args)
             if not (has_vis and has_ir):
-                what = ('both images missing' if not (has_vis or has_ir) else
-                        'visible missing' if not has_vis else
-                        'infrared missing')
-                missing.append((img_path, ir_path, what))
+                missing.append(
+                    (img_path, ir_path, missing_side(has_vis, has_ir)))
                 continue
             if not exists(xml_path, backend_args=self.backend_args):
                 missing_ann.append(xml_path)

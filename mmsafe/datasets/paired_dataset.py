@@ -13,7 +13,7 @@ from mmengine.fileio import exists, get_local_path
 
 from mmdet.registry import DATASETS
 from .pairing import (MissingPair, check_missing_pair_policy,
-                      handle_missing_pairs)
+                      handle_missing_pairs, missing_side)
 
 
 class PartnerRule:
@@ -184,10 +184,8 @@ class PairedModalityDataset:
                 continue
             has_vis, has_ir = exists(img_path), exists(ir_path)
             if not (has_vis and has_ir):
-                what = ('both images missing' if not (has_vis or has_ir) else
-                        'visible missing' if not has_vis else
-                        'infrared missing')
-                missing.append((img_path, ir_path, what))
+                missing.append(
+                    (img_path, ir_path, missing_side(has_vis, has_ir)))
                 continue
             keep.append(idx)
             partners.append(ir_path)

@@ -27,6 +27,13 @@ def check_missing_pair_policy(policy: str) -> str:
     return policy
 
 
+def missing_side(has_visible: bool, has_infrared: bool) -> str:
+    """Which image of a broken pair is missing, for error messages."""
+    if not (has_visible or has_infrared):
+        return 'both images missing'
+    return 'visible missing' if not has_visible else 'infrared missing'
+
+
 def describe_missing(missing: Sequence[MissingPair],
                      limit: int = NUM_NAMED) -> str:
     """One line per missing pair, for the first ``limit`` pairs."""
