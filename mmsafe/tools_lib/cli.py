@@ -31,6 +31,10 @@ def build_runner(cfg):
     return RUNNERS.build(cfg)
 
 
+# Set when this process released a process group after a clean finish.
+_RELEASED = False
+
+
 def release_process_group() -> None:
     """Destroy the default process group before the interpreter exits.
 
@@ -42,7 +46,31 @@ def release_process_group() -> None:
     clean finish: a crash keeps the group for the exception handlers (the
     safety report needs the rank) and exits non-zero anyway.
     """
+    global _RELEASED
     import torch.distributed as torch_dist
     if torch_dist.is_available() and torch_dist.is_initialized():
         torch_dist.barrier()
         torch_dist.destroy_process_group()
+        _RELEASED = True
+
+
+def exit_after_distributed_run() -> None:
+    """End a distributed process that finished cleanly without interpreter
+    teardown.
+
+    Even after ``release_process_group`` a gloo rank sometimes aborts while
+    Python tears down torch's native threads (seen in about one of 15
+    two-process runs, always after the last hook had run). By then the run
+    is complete: MMEngine's LoggerHook closed the visualizer in
+    ``after_run``; logs and streams are flushed here, then the process exits
+    0. Single-process runs return normally.
+    """
+    if not _RELEASED:
+        return
+    import logging
+    import os
+    import sys
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
