@@ -1,41 +1,43 @@
-"""Step consensus: every mmsafe decision of one optimizer step, taken by all
-ranks together in ONE small collective.
+"""Monitoring values of mmsafe's hooks, summed over ranks at the log
+interval in ONE small collective.
 
-Why one collective: under DDP a guard that decides alone (say, "my loss is
-NaN, skip") makes its rank skip the optimizer step, or return early, while
-the other ranks step; parameters drift apart or a later collective waits
-forever. A guard that all-reduces its own flag is correct but costs one
-collective per guard per step. mmsafe guards instead ``post`` what they
-know; mmsafe's optim wrappers reduce every posted value in a single
-``all_reduce`` at the accumulation boundary, and then every rank sees the
-same numbers and takes the same decision.
+A healthy training step of a DDP run communicates only through DDP's own
+gradient all-reduce: mmsafe's step decisions are taken locally from values
+that this reduce already made identical on every rank (see
+:class:`~mmsafe.engine.optimizers.NaNSkipOptimWrapper`). What mmsafe's
+hooks watch (empty batches, the MACL loss, stop requests of scalar bands,
+loss-dict findings) is *monitoring*: each rank ``post``s its values locally
+every iteration, and the values travel together at the logger's interval
+(every ``LoggerHook.interval`` iterations and at the last iteration), in a
+single fixed-size all-reduce. Every rank then sees the same sums and takes
+the same decision (warn, raise, stop) at the same iteration. In a single
+process there is nothing to communicate: the sums are "reduced" every
+iteration, for free.
 
-Usage in a guard::
+Usage in a hook::
 
-    from mmsafe.dist import StepConsensus
+    from mmsafe.dist import MonitorSync
 
-    consensus = StepConsensus.get()
-    consensus.declare('empty_batch', skip_when='all')  # in __init__
+    sync = MonitorSync.get()
+    sync.declare('empty_batch')            # in __init__, on every rank
     ...
-    consensus.post('empty_batch', 1.0 if empty else 0.0)  # before the step
-    ...
-    StepConsensus.get().reduce_pending()  # in after_train_iter: a no-op
-    # when an mmsafe optim wrapper reduced at the step, else one reduce
-    StepConsensus.get().last('empty_batch')  # SUM over ranks (and over the
-    # micro-iterations of an accumulation window)
+    sync.post('empty_batch', 1.0)          # any iteration, local
+    if sync.sync(runner):                  # after_train_iter, every rank
+        sync.last('empty_batch')           # SUM over ranks and iterations
+                                           # since the previous sync
 
 Rules that keep ranks in step:
 
-* every rank must know the same names when a reduce happens: ``declare``
+* every rank must know the same names when a sync happens: ``declare``
   names in ``__init__`` (all ranks build the same hooks from the same
-  config) or ``post`` them on every rank, every iteration (0.0 when there
-  is nothing to report). A mismatch is detected inside the same collective
-  and raises the same error on every rank instead of mixing up values;
-* posting the same name twice before a reduce adds the values (flags of
-  an accumulation window add up); the reduced ``count`` says how many
-  posts were summed over all ranks;
-* nothing here returns early before a collective: ``reduce`` always runs
-  the all-reduce on every rank, even with nothing posted.
+  config). A mismatch is detected inside the same collective and raises the
+  same error on every rank instead of mixing up values;
+* ``sync`` is called by hooks in ``after_train_iter`` on every rank; whether
+  an iteration syncs depends only on the iteration number, the logger
+  interval and the run length, identical on every rank. The first call of
+  an iteration runs the collective; later calls in the same iteration read
+  its result;
+* nothing here returns early before a collective.
 """
 import logging
 import math
@@ -44,12 +46,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-#: Capacity of the consensus vector. The collective has a fixed size so that
+#: Capacity of the sync vector. The collective has a fixed size so that
 #: ranks which disagree on names still meet in the same all-reduce (and then
 #: raise) rather than hang on mismatched shapes.
 MAX_NAMES = 64
 
-_SKIP_RULES = ('any', 'all')
+#: Sync interval when the runner has no LoggerHook.
+DEFAULT_INTERVAL = 50
 
 
 def get_rank() -> int:
@@ -115,33 +118,44 @@ def _fingerprint(names: Sequence[str]) -> float:
     return float(zlib.crc32('\n'.join(names).encode('utf-8')))
 
 
-class StepConsensus:
-    """Per-process store of the values that mmsafe guards post before an
-    optimizer step, reduced with SUM across ranks in one collective.
+def logger_interval(runner, default: int = DEFAULT_INTERVAL) -> int:
+    """The ``interval`` of the runner's ``LoggerHook`` (its log interval)."""
+    from mmengine.hooks import LoggerHook
+    for hook in getattr(runner, 'hooks', []):
+        if isinstance(hook, LoggerHook):
+            return max(1, int(hook.interval))
+    return default
 
-    Get the process-wide instance with :meth:`get`; do not construct it in
-    guards. See the module docstring for the rules.
+
+class MonitorSync:
+    """Per-process store of the monitoring values that mmsafe hooks post,
+    summed over ranks at the log interval in one collective.
+
+    Get the process-wide instance with :meth:`get`. See the module
+    docstring for the rules.
+
+    Args:
+        interval (int, optional): iterations between syncs under DDP. None
+            takes the runner's ``LoggerHook.interval`` at the first sync.
     """
 
-    _instance: Optional['StepConsensus'] = None
+    _instance: Optional['MonitorSync'] = None
 
-    def __init__(self) -> None:
+    def __init__(self, interval: Optional[int] = None) -> None:
+        self.interval = interval
         self._names: List[str] = []  # sorted
-        self._skip_rules: Dict[str, str] = {}
         self._values: Dict[str, float] = {}
         self._counts: Dict[str, int] = {}
         self._last_values: Dict[str, float] = {}
         self._last_counts: Dict[str, int] = {}
-        self._last_skip_reasons: List[str] = []
-        self._last_reduced_iter: Optional[int] = None
-        self._owner: Optional[str] = None
-        self.num_reduces = 0
+        self._last_sync_iter: Optional[int] = None
+        self.num_syncs = 0
+        self.num_collectives = 0
 
     # ------------------------------------------------------------------ #
-    # process-wide instance
     @classmethod
-    def get(cls) -> 'StepConsensus':
-        """The consensus object of this process (created on first use)."""
+    def get(cls) -> 'MonitorSync':
+        """The sync object of this process (created on first use)."""
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
@@ -152,66 +166,73 @@ class StepConsensus:
         cls._instance = None
 
     # ------------------------------------------------------------------ #
-    # who reduces
-    def attach_optim_wrapper(self, name: str) -> None:
-        """Called by mmsafe's optim wrappers: from now on they reduce at the
-        accumulation boundary and :meth:`reduce_pending` does nothing."""
-        self._owner = name
-
-    @property
-    def managed(self) -> bool:
-        """Whether an mmsafe optim wrapper reduces at every step."""
-        return self._owner is not None
-
-    # ------------------------------------------------------------------ #
-    # posting
-    def declare(self, name: str, skip_when: Optional[str] = None) -> None:
-        """Make ``name`` known on this rank (call it on every rank).
-
-        Args:
-            name (str): the value's name.
-            skip_when (str, optional): ``'any'``: mmsafe's optim wrappers
-                skip the step when the reduced sum is non-zero (some post on
-                some rank was non-zero). ``'all'``: they skip when every
-                post of the step, on every rank, was non-zero (e.g. every
-                rank's batch was empty). None: the value is only carried.
-        """
-        if skip_when is not None and skip_when not in _SKIP_RULES:
-            raise ValueError(f'skip_when must be one of {_SKIP_RULES} or '
-                             f'None, got {skip_when!r}')
-        if name not in self._names:
-            if len(self._names) >= MAX_NAMES:
-                raise RuntimeError(
-                    f'[mmsafe] StepConsensus holds at most {MAX_NAMES} names; '
-                    f'cannot declare {name!r}. Known: {self._names}')
-            self._names = sorted(self._names + [name])
-        if skip_when is not None:
-            self._skip_rules[name] = skip_when
+    def declare(self, name: str) -> None:
+        """Make ``name`` known on this rank (call it on every rank)."""
+        if name in self._names:
+            return
+        if len(self._names) >= MAX_NAMES:
+            raise RuntimeError(
+                f'[mmsafe] MonitorSync holds at most {MAX_NAMES} names; '
+                f'cannot declare {name!r}. Known: {self._names}')
+        self._names = sorted(self._names + [name])
 
     def post(self, name: str, value: float = 1.0) -> None:
-        """Add ``value`` to ``name`` for the coming reduce.
+        """Add ``value`` to ``name`` until the next sync (local, free).
 
         Args:
-            name (str): the value's name; declared on first use (then every
-                rank must post it before the same reduce).
-            value (float): what to add. Flags are 0.0 or 1.0.
+            name (str): a declared name.
+            value (float): what to add (a Python number: posting never
+                reads a device tensor).
         """
-        self.declare(name)
+        if name not in self._names:
+            raise KeyError(
+                f'[mmsafe] MonitorSync: {name!r} was not declared; declare '
+                'it in the hook\'s __init__ so that every rank knows it')
         self._values[name] = self._values.get(name, 0.0) + float(value)
         self._counts[name] = self._counts.get(name, 0) + 1
 
     def pending(self, name: str) -> float:
-        """This rank's posted, not yet reduced, sum for ``name``."""
+        """This rank's posted, not yet synced, sum for ``name``."""
         return self._values.get(name, 0.0)
 
     # ------------------------------------------------------------------ #
-    # reducing
-    def reduce(self) -> Dict[str, float]:
-        """All-reduce everything posted since the last reduce (collective:
-        every rank must call it at the same point).
+    def due(self, runner) -> bool:
+        """Whether this training iteration syncs (same answer on every
+        rank): every iteration in a single process; under DDP every
+        ``interval`` iterations and at the last iteration of the run."""
+        if not is_distributed():
+            return True
+        if self.interval is None:
+            self.interval = logger_interval(runner)
+        done = runner.iter + 1
+        max_iters = getattr(runner, 'max_iters', None)
+        return done % self.interval == 0 or (max_iters is not None
+                                             and done >= max_iters)
+
+    def sync(self, runner) -> bool:
+        """Sum the posted values over ranks when this iteration is due
+        (collective under DDP: call it on every rank, in
+        ``after_train_iter``).
 
         Returns:
-            dict: reduced sum per name.
+            bool: True when the values of :meth:`last` are fresh from this
+            iteration's sync; False when this iteration does not sync.
+        """
+        it = runner.iter
+        if self._last_sync_iter == it:
+            return True
+        if not self.due(runner):
+            return False
+        self.reduce()
+        self._last_sync_iter = it
+        return True
+
+    def reduce(self) -> Dict[str, float]:
+        """Sum everything posted since the last sync over all ranks
+        (collective under DDP: every rank must call it at the same point).
+
+        Returns:
+            dict: the summed value per name.
 
         Raises:
             RuntimeError: on every rank, when ranks know different names.
@@ -224,20 +245,19 @@ class StepConsensus:
         for i, name in enumerate(names):
             vector[2 + i] = self._values.get(name, 0.0)
             vector[2 + MAX_NAMES + i] = float(self._counts.get(name, 0))
-        world_size = get_world_size() if is_distributed() else 1
+        distributed = is_distributed()
+        world_size = get_world_size() if distributed else 1
         reduced = all_reduce_sum(vector)
+        self.num_collectives += int(distributed)
         self._values.clear()
         self._counts.clear()
-        self.num_reduces += 1
-        self._last_reduced_iter = current_iter()
+        self.num_syncs += 1
         if (reduced[0] != world_size * vector[0]
                 or reduced[1] != world_size * vector[1]):
             raise RuntimeError(
-                '[mmsafe] StepConsensus: ranks posted different value names '
-                f'before the same step (rank {get_rank()} knows {names}). '
-                'Declare every name on every rank in the guard\'s __init__ '
-                '(StepConsensus.get().declare(name)) or post it on every '
-                'rank each iteration (0.0 when there is nothing to report).')
+                '[mmsafe] MonitorSync: ranks declared different value names '
+                f'(rank {get_rank()} knows {names}). Every rank must build '
+                'the same mmsafe hooks from the same config.')
         self._last_values = {
             name: reduced[2 + i]
             for i, name in enumerate(names)
@@ -246,53 +266,15 @@ class StepConsensus:
             name: int(reduced[2 + MAX_NAMES + i])
             for i, name in enumerate(names)
         }
-        self._last_skip_reasons = self._evaluate_skip_rules()
         return dict(self._last_values)
 
-    def reduce_pending(self) -> Optional[Dict[str, float]]:
-        """Reduce once for the current iteration when no mmsafe optim
-        wrapper does it at the step (collective: call it on every rank).
-
-        Several hooks may call it in the same ``after_train_iter``: only the
-        first one reduces. With an mmsafe optim wrapper active it does
-        nothing, because the wrapper already reduced at the step (or will,
-        at the end of the accumulation window).
-
-        Returns:
-            dict or None: the reduced values, or None when nothing was done.
-        """
-        if self.managed:
-            return None
-        it = current_iter()
-        if it is not None and it == self._last_reduced_iter:
-            return None
-        return self.reduce()
-
     def last(self, name: str, default: float = 0.0) -> float:
-        """Reduced sum of ``name`` at the latest reduce."""
+        """Summed value of ``name`` at the latest sync."""
         return self._last_values.get(name, default)
 
     def last_count(self, name: str) -> int:
-        """How many posts (all ranks together) the latest ``last(name)``
-        summed."""
+        """How many posts (all ranks together) ``last(name)`` summed."""
         return self._last_counts.get(name, 0)
-
-    def last_skip_reasons(self) -> List[str]:
-        """Names whose skip rule fired at the latest reduce."""
-        return list(self._last_skip_reasons)
-
-    def _evaluate_skip_rules(self) -> List[str]:
-        reasons = []
-        for name, rule in sorted(self._skip_rules.items()):
-            value = self._last_values.get(name, 0.0)
-            count = self._last_counts.get(name, 0)
-            if rule == 'any':
-                fire = value != 0.0 or math.isnan(value)
-            else:
-                fire = count > 0 and value >= count
-            if fire:
-                reasons.append(name)
-        return reasons
 
 
 def log_once(key: str, message: str, level: int = logging.WARNING,

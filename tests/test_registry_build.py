@@ -38,6 +38,8 @@ EXAMPLES = {
     'hook': {
         'DataLoaderProbeHook': dict(type='DataLoaderProbeHook'),
         'EmptyBatchSyncHook': dict(type='EmptyBatchSyncHook'),
+        'SkipAwareParamSchedulerHook': dict(
+            type='SkipAwareParamSchedulerHook'),
         'EvalCoverageHook': dict(type='EvalCoverageHook'),
         'FirstBatchStatsHook': dict(type='FirstBatchStatsHook'),
         'HangWatchdogHook': dict(type='HangWatchdogHook'),

@@ -265,8 +265,12 @@ class MACLHead(BaseModule):
                 in log lines.
 
         Returns:
-            dict: ``loss_macl`` (always present) and ``macl_temperature``
-            (for logging; it does not enter the total loss).
+            dict: ``loss_macl`` (always present, weighted), and for
+            logging only (they do not enter the total loss):
+            ``macl_temperature`` and, when at least 2 pairs were
+            contrasted, ``macl_chance_ratio`` (the unweighted InfoNCE over
+            its chance level ln(B), B the number of keys: 1.0 means the
+            embeddings carry no pairing information).
         """
         vis = self._select(vis_feats, 'visible')
         ir = self._select(ir_feats, 'infrared')
@@ -287,6 +291,7 @@ class MACLHead(BaseModule):
         self.num_calls += 1
         self.last_num_pairs = num_keys
         temperature = self.temperature
+        chance_ratio = None
         if num_local < 1 or num_keys < 2:
             loss = self._connected_zero(vis, ir, vis_emb, ir_emb)
             self.last_unweighted_loss = None
@@ -310,11 +315,14 @@ class MACLHead(BaseModule):
             loss = 0.5 * (F.cross_entropy(logits_v2i, labels) +
                           F.cross_entropy(logits_i2v, labels))
             self.last_unweighted_loss = loss.detach()
+            chance_ratio = loss.detach() / math.log(num_keys)
             loss = self.loss_weight * loss
         update_counters(
             'macl',
             calls=self.num_calls,
             small_batches=self.num_small_batches,
             last_num_pairs=self.last_num_pairs)
-        return dict(loss_macl=loss,
-                    macl_temperature=temperature.detach())
+        outputs = dict(loss_macl=loss, macl_temperature=temperature.detach())
+        if chance_ratio is not None:
+            outputs['macl_chance_ratio'] = chance_ratio
+        return outputs

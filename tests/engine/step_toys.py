@@ -21,7 +21,7 @@ from mmengine.model import BaseModel, is_model_wrapper
 from mmengine.structures import InstanceData
 from torch.utils.data import Dataset
 
-FAULTS = ('nan_loss', 'nan_grad', 'empty')
+FAULTS = ('nan_loss', 'nan_grad', 'empty', 'zero_loss')
 
 
 @DATASETS.register_module()
@@ -31,8 +31,8 @@ class StepToyDataset(Dataset):
     Args:
         num_samples (int): dataset length.
         faults (list[tuple[int, str]]): ``(index, kind)`` pairs; kind is
-            ``'nan_loss'``, ``'nan_grad'`` (read by :class:`StepToyDetector`)
-            or ``'empty'`` (no GT instance).
+            ``'nan_loss'``, ``'nan_grad'``, ``'zero_loss'`` (read by
+            :class:`StepToyDetector`) or ``'empty'`` (no GT instance).
     """
 
     def __init__(self, num_samples: int = 64,
@@ -92,6 +92,11 @@ class StepToyDetector(BaseModel):
         losses = dict(loss_cls=F.cross_entropy(self.cls_head(feat), labels))
         if 'nan_loss' in faults:
             losses['loss_cls'] = losses['loss_cls'] * float('nan')
+        if 'zero_loss' in faults:
+            # No signal at all: a loss that depends on every parameter but
+            # is identically zero (gradient exactly 0).
+            return dict(loss_cls=losses['loss_cls'] * 0.0,
+                        loss_bbox=self.bbox_head(feat).sum() * 0.0)
         with_gt = [i for i, s in enumerate(data_samples)
                    if len(s.gt_instances)]
         if with_gt:

@@ -143,7 +143,7 @@ def checksums(dump: dict) -> Dict[int, float]:
 GUARDED_ITERS = 8
 # (a) NaN loss on rank 1 at iterations 1 and 4; (b) NaN gradient with a
 # finite loss on rank 0 at iteration 3; (c) rank 1's batch empty at
-# iteration 5; (d) every rank's batch empty at iteration 6.
+# iteration 5; (d) every rank's batch empty at iteration 6 (it trains).
 GUARDED_FAULTS = (fault(1, 1, 'nan_loss') + fault(1, 4, 'nan_loss')
                   + fault(0, 3, 'nan_grad') + fault(1, 5, 'empty')
                   + fault(0, 6, 'empty') + fault(1, 6, 'empty'))
@@ -155,6 +155,19 @@ def guarded_run() -> Tuple[str, RunResult]:
     checkpoint for the resume test."""
     return train('guarded', GUARDED_FAULTS, GUARDED_ITERS, sgd_wrapper(),
                  checkpoint_interval=GUARDED_ITERS)
+
+
+# ``EmptyBatchSyncHook(skip_all_empty=True)``: every rank empty at 2 (the
+# opt-in skip); every rank without any signal at 4 (``zero_grad``).
+OPT_IN_ITERS = 6
+OPT_IN_FAULTS = (fault(0, 2, 'empty') + fault(1, 2, 'empty')
+                 + fault(0, 4, 'zero_loss') + fault(1, 4, 'zero_loss'))
+
+
+def opt_in_run() -> Tuple[str, RunResult]:
+    return train('opt_in', OPT_IN_FAULTS, OPT_IN_ITERS, sgd_wrapper(),
+                 hooks=("dict(type='EmptyBatchSyncHook', "
+                        'skip_all_empty=True)', ))
 
 
 # Without mmsafe's optim wrapper: EmptyBatchSyncHook must still keep the

@@ -1,5 +1,6 @@
-"""EmptyBatchSyncHook: an empty batch on some ranks never hangs DDP; an
-empty batch on all ranks skips the step everywhere."""
+"""EmptyBatchSyncHook: an empty batch on some or all ranks never hangs DDP
+and trains as MMEngine would train it; skipping all-empty steps is an
+opt-in, and a step without any signal is skipped by the optim wrapper."""
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +9,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 from mmengine.optim import OptimWrapper
 
-from mmsafe.dist import StepConsensus
+from mmsafe.dist import MonitorSync
 from mmsafe.engine.hooks import EmptyBatchSyncHook
 from mmsafe.engine.hooks.empty_batch_sync_hook import is_empty_batch
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
@@ -19,11 +20,11 @@ from tests.engine.step_toys import StepToyDataset, StepToyDetector
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    StepConsensus.reset()
+    MonitorSync.reset()
     hub = MessageHub.get_instance('test_empty_batch')
     hub.update_info('iter', 0)
     yield hub
-    StepConsensus.reset()
+    MonitorSync.reset()
 
 
 def test_empty_batch_detection():
@@ -88,46 +89,68 @@ def test_one_rank_empty_keeps_ddp_in_step():
               if e['iter'] == 5]
     assert [e['rank'] for e in events] == [1]
     assert events[0]['files'][0].startswith(runs.file_of(1, 5))
-    assert '1 of 2 batches (all ranks) of the step ending at Iter(train) 6' \
-        in result.output
+    assert ('1 of 2 batches (all ranks) up to Iter(train) 6 had no valid '
+            'ground truth; they trained on background') in result.output
 
 
-def test_all_ranks_empty_skips_the_step_everywhere():
-    """(d): every rank's batch at iteration 6 is empty."""
+def test_all_ranks_empty_trains_on_background_everywhere():
+    """(d): every rank's batch at iteration 6 is empty; the classification
+    loss still carries signal, so the step trains, as without mmsafe."""
     work_dir, result = runs.guarded_run()
+    assert result.returncode == 0, result
+    d0, d1 = runs.assert_ranks_identical(work_dir)
+    sums = runs.checksums(d0)
+    assert sums[6] != sums[5]
+    assert 'empty_batch' not in d0['counters']['by_reason']
+    empty = sorted(e['rank'] for e in read_events(work_dir, 'empty_batch')
+                   if e['iter'] == 6)
+    assert empty == [0, 1]
+    assert not [e for e in read_events(work_dir, 'step_skip')
+                if e['iter'] == 6]
+    # Every rank keeps the loss keys it saw before, filled with zeros.
+    for d in (d0, d1):
+        keys = {r['iter']: r['loss_keys'] for r in d['records']}
+        assert keys[6] == ['loss', 'loss_bbox', 'loss_cls']
+
+
+def test_opt_in_skip_and_a_step_without_signal_skip_everywhere():
+    """``skip_all_empty=True``: every rank empty at iteration 2 skips the
+    step on both ranks. Without opt-in, a step whose loss carries no signal
+    on any rank (zero gradient after the reduce, iteration 4) is skipped by
+    NaNSkipOptimWrapper as ``zero_grad``."""
+    work_dir, result = runs.opt_in_run()
+    assert not result.timed_out, result
     assert result.returncode == 0, result
     d0, _ = runs.assert_ranks_identical(work_dir)
     sums = runs.checksums(d0)
     # SGD with momentum and weight decay would have moved the parameters.
-    assert sums[6] == sums[5]
-    assert d0['counters']['by_reason']['empty_batch'] == 1
-    assert d0['counters']['consecutive'] == 0
-    empty = sorted(e['rank'] for e in read_events(work_dir, 'empty_batch')
-                   if e['iter'] == 6)
-    assert empty == [0, 1]
-    skips = [e for e in read_events(work_dir, 'step_skip') if e['iter'] == 6]
-    assert sorted(e['rank'] for e in skips) == [0, 1]
-    assert all(e['reasons'] == ['empty_batch'] for e in skips)
-    assert ('2 of 2 batches (all ranks) of the step ending at Iter(train) 7 '
-            'had no valid ground truth; the optimizer step is skipped on all '
-            'ranks') in result.output
+    assert sums[2] == sums[1]
+    assert sums[4] == sums[3]
+    assert sums[3] != sums[2] and sums[5] != sums[4]
+    assert d0['counters']['by_reason'] == {'empty_batch': 1, 'zero_grad': 1}
+    skips = read_events(work_dir, 'step_skip')
+    assert sorted((e['iter'], e['rank'], e['reasons'][0]) for e in skips) == [
+        (2, 0, 'empty_batch'), (2, 1, 'empty_batch'),
+        (4, 0, 'zero_grad'), (4, 1, 'zero_grad')]
+    assert 'no rank produced any training signal' in result.output
 
 
-def test_without_mmsafe_optim_wrapper_the_hook_reduces_itself():
+def test_without_mmsafe_optim_wrapper_no_collective_and_no_hang():
     """MMEngine's OptimWrapper: rank 1 empty on its first iteration (before
-    any loss key was seen), both ranks empty at iteration 2."""
+    any loss key was seen), both ranks empty at iteration 2. The hook adds
+    no collective; the connected zero alone keeps DDP in step."""
     work_dir, result = runs.unmanaged_run()
     assert not result.timed_out, result
     assert result.returncode == 0, result
-    assert 'is not an mmsafe one' in result.output
-    assert result.output.count('is not an mmsafe one') == 1
     d0, d1 = runs.assert_ranks_identical(work_dir, finite=False)
     assert d0['last_iter'] == runs.UNMANAGED_ITERS
     sums = runs.checksums(d0)
     assert sums[1] != sums[0]
-    assert sums[2] == sums[1]  # all empty: step suppressed on both ranks
-    first = {r['iter']: r['loss_keys'] for r in d1['records']}[0]
-    assert first == ['loss', 'loss_bbox', 'loss_cls']
+    assert sums[2] != sums[1]  # all empty: trains on the classification loss
+    keys = {r['iter']: r['loss_keys'] for r in d1['records']}
+    # No key exchange: rank 1 cannot know loss_bbox before it saw it.
+    assert keys[0] == ['loss', 'loss_cls']
+    assert keys[2] == ['loss', 'loss_bbox', 'loss_cls']
     assert sorted((e['rank'], e['iter'])
                   for e in read_events(work_dir, 'empty_batch')) == [
                       (0, 2), (1, 0), (1, 2)]

@@ -15,7 +15,7 @@ from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 
-from mmsafe.dist import StepConsensus
+from mmsafe.dist import MonitorSync
 from mmsafe.engine.optimizers import (AmpNaNSkipOptimWrapper,
                                       NaNSkipOptimWrapper)
 from mmsafe.events import read_events
@@ -26,11 +26,11 @@ from tests.utils import REPO_ROOT
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    StepConsensus.reset()
+    MonitorSync.reset()
     hub = MessageHub.get_instance('test_nan_skip')
     hub.update_info('iter', 0)
     yield hub
-    StepConsensus.reset()
+    MonitorSync.reset()
 
 
 def batch(dataset, *indices):
@@ -228,12 +228,18 @@ def test_nan_loss_on_rank1_and_nan_grad_on_rank0():
     assert by_iter[3][0]['reasons'] == ['nonfinite_grad']
     assert all(isinstance(v, float) for r in (0, 1)
                for v in by_iter[3][r]['loss'])
-    # Rank 0's log names every rank's loss, grad norm and files.
+    # Rank 0's log names the rank whose loss was not finite, every rank's
+    # loss and files.
     lines = [line for line in result.output.splitlines()
              if 'skipped the optimizer step of Iter(train) 2 ' in line]
     assert len(lines) == 1, result
-    assert 'rank 1: loss=[\'nan\'] grad_norm=nan' in lines[0]
+    assert 'the loss was not finite on rank(s) [1]' in lines[0]
+    assert 'rank 1: loss=[\'nan\']' in lines[0]
     assert runs.file_of(1, 1) in lines[0] and runs.file_of(0, 1) in lines[0]
+    lines = [line for line in result.output.splitlines()
+             if 'skipped the optimizer step of Iter(train) 4 ' in line]
+    assert 'the losses were finite on every rank, but the gradient is ' \
+        'not' in lines[0]
     assert 'grad_norm: nan' not in result.output
 
 
@@ -282,7 +288,7 @@ def test_accumulation_drops_the_whole_window():
 
 
 def test_resume_restores_counters():
-    """(g): resume the guarded run (4 skips) and add one more NaN."""
+    """(g): resume the guarded run (3 NaN skips) and add one more NaN."""
     work_dir, first = runs.guarded_run()
     assert first.returncode == 0, first
     resumed_dir = osp.join(osp.dirname(work_dir), 'resumed')
@@ -301,9 +307,9 @@ def test_resume_restores_counters():
     d0, _ = runs.assert_ranks_identical(resumed_dir)
     assert d0['last_iter'] == 12
     assert [r['iter'] for r in d0['records']] == list(range(8, 12))
-    assert d0['counters']['skipped'] == 5
+    assert d0['counters']['skipped'] == 4
     assert d0['counters']['nan_skips'] == 4
-    assert 'skipped_steps: 5' in result.output
+    assert 'skipped_steps: 4' in result.output
 
 
 def test_amp_on_cpu_through_nan_and_accumulation():

@@ -9,3 +9,4 @@ from .macl_check_hook import MACLCheckHook  # noqa: F401
 from .scalar_bands_hook import ScalarBandsHook  # noqa: F401
 from .first_batch_stats_hook import FirstBatchStatsHook  # noqa: F401
 from .valid_instance_resample_hook import ValidInstanceResampleHook  # noqa: F401
+from .skip_aware_param_scheduler_hook import SkipAwareParamSchedulerHook  # noqa: F401

@@ -457,36 +457,6 @@ def available_memory() -> Optional[int]:
 
 
 # ------------------------------------------------------- MMEngine loops --
-def install_lazy_infinite_iterator() -> None:
-    """Make MMEngine's ``_InfiniteDataloaderIterator`` start its workers
-    at the first ``next()`` instead of at construction.
-
-    ``IterBasedTrainLoop`` builds that iterator in its constructor, before
-    any hook runs, so its workers would start (and a dataset that spawn
-    cannot pickle would fail there) before the probe can look. The order of
-    the data is unchanged: the first ``next()`` creates the same iterator.
-    """
-    from mmengine.runner import loops
-    cls = getattr(loops, '_InfiniteDataloaderIterator', None)
-    if cls is None or getattr(cls, '_mmsafe_lazy', False):
-        return
-    original_next = cls.__next__
-
-    def __init__(self, dataloader):
-        self._dataloader = dataloader
-        self._iterator = None
-        self._epoch = 0
-
-    def __next__(self):
-        if self._iterator is None:
-            self._iterator = iter(self._dataloader)
-        return original_next(self)
-
-    cls.__init__ = __init__
-    cls.__next__ = __next__
-    cls._mmsafe_lazy = True
-
-
 def replace_loop_loader(loop: Any, new_loader: DataLoader) -> List[int]:
     """Point a train/val/test loop at ``new_loader``; stop the old
     loader's workers. Returns worker pids that could not be stopped."""

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from mmdet.registry import HOOKS
 from mmsafe.events import log, update_counters, write_event
+from mmsafe.rng import preserved_rng_state
 from . import _loader_utils as lu
 
 POLICIES = ('auto', 'always', 'off')
@@ -133,9 +134,6 @@ class DataLoaderProbeHook(Hook):
         self._counts: Dict[str, Any] = dict(probed=0, passed=0, fallbacks=0,
                                             capped=0, memory_warnings=0,
                                             leaked_workers=0)
-        if policy != 'off':
-            # IterBasedTrainLoop would start its workers before any hook.
-            lu.install_lazy_infinite_iterator()
 
     # ------------------------------------------------------------ hooks --
     def before_train(self, runner) -> None:
@@ -156,7 +154,10 @@ class DataLoaderProbeHook(Hook):
         loader = getattr(loop, 'dataloader', None)
         if not isinstance(loader, DataLoader) or loader.num_workers == 0:
             return
-        self._probe(runner, name, loop, loader)
+        # Training must find every random stream (and with it the worker
+        # seeds that the next epoch's iterator draws) as if no probe ran.
+        with preserved_rng_state():
+            self._probe(runner, name, loop, loader)
 
     def _probe(self, runner, name: str, loop: Any,
                loader: DataLoader) -> None:

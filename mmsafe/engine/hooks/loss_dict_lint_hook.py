@@ -2,20 +2,20 @@
 import copy
 import itertools
 import logging
-import random
 import time
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
 
-from mmsafe.dist import all_gather_object, get_rank
+from mmsafe.dist import MonitorSync, get_rank
 from mmsafe.events import log, update_counters, write_event
+from mmsafe.rng import RNGState
 
+_FINDINGS = 'loss_dict_lint/findings'
 _POLICIES = ('warn', 'raise')
 
 
@@ -54,24 +54,6 @@ def _depends_on(roots, targets: Dict[int, List[str]], own: str,
     return sorted(found)
 
 
-class _RNGState:
-    """Snapshot/restore of the Python, NumPy and torch generators."""
-
-    def __init__(self) -> None:
-        self.py = random.getstate()
-        self.np = np.random.get_state()
-        self.torch = torch.get_rng_state()
-        self.cuda = (torch.cuda.get_rng_state_all()
-                     if torch.cuda.is_available() else None)
-
-    def restore(self) -> None:
-        random.setstate(self.py)
-        np.random.set_state(self.np)
-        torch.set_rng_state(self.torch)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
-
-
 @HOOKS.register_module()
 class LossDictLintHook(Hook):
     """Check the loss dict of the first training iteration for mistakes
@@ -103,8 +85,12 @@ class LossDictLintHook(Hook):
        first optimizer step; the RNG state is restored afterwards, so the
        rest of the run draws the same random numbers as without the lint.
 
-    Findings are gathered from all ranks (one collective, every rank), so
-    with ``policy='raise'`` every rank raises the same error.
+    Each rank logs its own findings at once. Their count travels with
+    mmsafe's other monitoring values (:class:`~mmsafe.dist.MonitorSync`: at
+    the same iteration in a single process, at the first log interval under
+    DDP), so with ``policy='raise'`` every rank raises at the same
+    iteration, and a rank without findings of its own says which ranks had
+    them.
 
     Args:
         policy (str): ``'raise'`` (default) or ``'warn'``.
@@ -140,7 +126,9 @@ class LossDictLintHook(Hook):
         self._findings: Optional[List[str]] = None
         self._keys: List[str] = []
         self._done = False
+        self._decided = False
         self.last_findings: List[str] = []
+        MonitorSync.get().declare(_FINDINGS)
 
     @staticmethod
     def _unwrap(runner):
@@ -226,25 +214,29 @@ class LossDictLintHook(Hook):
     # ------------------------------------------------------------------ #
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
-        if self._done:
-            return
-        self._done = True
+        if not self._done:
+            self._done = True
+            self._lint(runner, data_batch)
+        if not self._decided and MonitorSync.get().sync(runner):
+            self._decided = True
+            self._decide(runner)
+
+    def _lint(self, runner, data_batch) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-        local = list(self._findings or [])
+        findings = list(self._findings or [])
         if self._findings is None:
-            local.append('the model was never called in loss mode during '
-                         'the first iteration, so its loss dict could not be '
-                         'linted')
+            findings.append('the model was never called in loss mode during '
+                            'the first iteration, so its loss dict could not '
+                            'be linted')
         start = time.perf_counter()
         if self.check_weights:
-            local.extend(self._probe_weights(runner, data_batch))
+            findings.extend(self._probe_weights(runner, data_batch))
         probe_s = time.perf_counter() - start
-        # Every rank reaches this point at the same iteration.
-        gathered = all_gather_object(local)
-        findings = list(dict.fromkeys(f for rank in gathered for f in rank))
+        findings = list(dict.fromkeys(findings))
         self.last_findings = findings
+        MonitorSync.get().post(_FINDINGS, float(len(findings)))
         update_counters('loss_dict_lint', findings=len(findings),
                         keys=self._keys)
         write_event(runner.work_dir, 'loss_dict_lint', findings=findings,
@@ -255,16 +247,27 @@ class LossDictLintHook(Hook):
                 + (f', every loss_weight reaches the loss; probe '
                    f'{probe_s:.1f} s' if self.check_weights else '') + ').')
             return
-        message = (f'LossDictLintHook (rank {get_rank()}) found '
-                   f'{len(findings)} problem(s) in the loss dict '
-                   f'{self._keys}:\n  - ' + '\n  - '.join(findings))
-        if self.policy == 'raise':
-            raise RuntimeError(f'[mmsafe] {message}\nSet LossDictLintHook '
-                               "policy='warn' to only log this.")
-        log(message, logging.ERROR)
+        log(f'LossDictLintHook (rank {get_rank()}) found {len(findings)} '
+            f'problem(s) in the loss dict {self._keys}:\n  - ' +
+            '\n  - '.join(findings), logging.ERROR)
+
+    def _decide(self, runner) -> None:
+        sync = MonitorSync.get()
+        total = int(sync.last(_FINDINGS))
+        if total == 0 or self.policy != 'raise':
+            return
+        ranks = sync.last_count(_FINDINGS)
+        mine = self.last_findings
+        message = (f'LossDictLintHook found {total} problem(s) in the loss '
+                   f'dict of the first iteration over {ranks} rank(s); '
+                   + (f'rank {get_rank()}:\n  - ' + '\n  - '.join(mine)
+                      if mine else f'rank {get_rank()} found none itself, '
+                      'see the other ranks\' logs'))
+        raise RuntimeError(f'[mmsafe] {message}\nSet LossDictLintHook '
+                           "policy='warn' to only log this.")
 
     # ------------------------------------------------------------------ #
-    def _loss_values(self, model, data_batch, rng: _RNGState,
+    def _loss_values(self, model, data_batch, rng: RNGState,
                      buffers: Dict[str, torch.Tensor]) -> Dict[str, float]:
         rng.restore()
         with torch.no_grad():
@@ -293,7 +296,7 @@ class LossDictLintHook(Hook):
         ]
         if not weighted or data_batch is None:
             return []
-        rng = _RNGState()
+        rng = RNGState()
         buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
         outputs_seen: Dict[str, List[float]] = {}
         handles = []

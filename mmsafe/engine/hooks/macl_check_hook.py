@@ -10,12 +10,12 @@ from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
 
-from mmsafe.dist import StepConsensus, get_rank, get_world_size
+from mmsafe.dist import MonitorSync, get_rank, get_world_size
 from mmsafe.events import log, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
 _PREFIX = 'macl_check/'
-# Values every rank posts to the step consensus (declared in __init__).
+# Values every rank posts to the monitor sync (declared in __init__).
 _NAMES = ('seen', 'missing', 'nonfinite', 'zero', 'ratio_sum', 'ratio_count',
           'gap_sum', 'gap_count')
 
@@ -29,26 +29,30 @@ class MACLCheckHook(Hook):
     1. Presence (first ``check_iters`` iterations): ``loss_key`` must be in
        the loss dict on every rank, finite, and non-zero (a zero is excused
        when the MACL head had fewer than 2 pairs to contrast). Each rank
-       posts its flags to :class:`~mmsafe.dist.StepConsensus`, so all ranks
-       see the same sums and warn or raise together; none hangs.
+       posts its flags to :class:`~mmsafe.dist.MonitorSync`; at the next
+       sync (every iteration in a single process, the log interval under
+       DDP) all ranks see the same sums and warn or raise together; none
+       hangs.
     2. Chance level: an InfoNCE over ``B`` candidates sits at ``ln(B)`` when
-       the embeddings carry no pairing information. The hook publishes
-       ``train/macl_chance_ratio`` = unweighted loss / ln(B) (mean over
-       ranks; TensorBoard shows it with the other ``train/`` scalars) and
-       warns when its mean over ``chance_window`` iterations after
-       ``chance_warmup`` iterations is at or above ``chance_threshold``:
-       pairing broken or modalities misaligned.
+       the embeddings carry no pairing information. ``train/macl_chance_
+       ratio`` = unweighted loss / ln(B) is logged every iteration (by the
+       MACL head itself when it returns ``macl_chance_ratio``, as mmsafe's
+       ``MACLHead`` does; else by this hook). The hook warns when its mean
+       over ranks and ``chance_window`` iterations after ``chance_warmup``
+       iterations is at or above ``chance_threshold``: pairing broken or
+       modalities misaligned.
     3. Shuffled-pair control (``control_interval`` > 0): every K iterations,
        with no grad and the head in eval mode, ``head.embed`` embeds the
-       batch's visible and infrared features and compares the mean cosine similarity of true pairs with
-       that of mismatched pairs (infrared rolled by one within the batch).
+       batch's visible and infrared features and compares the mean cosine
+       similarity of true pairs with that of mismatched pairs (infrared rolled by one within the batch).
        After ``control_warmup`` iterations it warns when true pairs are not
        better by at least ``control_margin``.
 
-    ``B`` and the unweighted loss come from the MACL head when it exposes
-    ``last_num_pairs`` / ``last_unweighted_loss`` (mmsafe's ``MACLHead``);
-    otherwise ``B`` is ``num_pairs`` (or the batch size) and the loss is
-    divided by ``loss_weight``.
+    Every value is read from what MMEngine logged for the iteration (no
+    device read of its own). For a head that does not return
+    ``macl_chance_ratio``, ``B`` is the head's ``last_num_pairs``, else
+    ``num_pairs`` (or the batch size), and the loss is divided by the
+    head's ``loss_weight`` (or ``loss_weight``).
 
     Args:
         loss_key (str): Key of the MACL loss. Defaults to ``'loss_macl'``.
@@ -112,13 +116,12 @@ class MACLCheckHook(Hook):
         self.control_warmup = control_warmup
         self.control_margin = control_margin
 
-        consensus = StepConsensus.get()
+        sync = MonitorSync.get()
         for name in _NAMES:
-            consensus.declare(_PREFIX + name)
+            sync.declare(_PREFIX + name)
         self.required = required
         self._active = True
         self._head = None
-        self._reduces_seen = 0
         self._presence_open = True
         self._window_sum = 0.0
         self._window_count = 0
@@ -223,28 +226,36 @@ class MACLCheckHook(Hook):
             self._control_armed = True
 
     # ------------------------------------------------------------------ #
-    def _chance_ratio(self, value: float, data_batch) -> Optional[float]:
-        head = self._head
+    @staticmethod
+    def _logged(runner, outputs: dict, key: str) -> Optional[float]:
+        """This iteration's value of ``outputs[key]`` as MMEngine logged it
+        (``RuntimeInfoHook`` already read it from the device), or None."""
+        if key not in outputs:
+            return None
+        buffer = runner.message_hub.log_scalars.get(f'train/{key}')
+        if buffer is not None:
+            return float(buffer.current())
+        return float(torch.as_tensor(outputs[key]).detach())
+
+    def _chance_ratio(self, runner, outputs: dict, value: float,
+                      data_batch) -> Optional[float]:
+        logged = self._logged(runner, outputs, 'macl_chance_ratio')
+        if logged is not None:
+            return logged
         num = self.num_pairs
-        unweighted = None
         weight = self.loss_weight
-        if head is not None:
-            num = num or getattr(head, 'last_num_pairs', None)
-            last = getattr(head, 'last_unweighted_loss', None)
-            if last is not None:
-                unweighted = float(last)
+        if self._head is not None:
+            num = num or getattr(self._head, 'last_num_pairs', None)
             if weight is None:
-                weight = getattr(head, 'loss_weight', None)
+                weight = getattr(self._head, 'loss_weight', None)
         if not num and isinstance(data_batch, dict):
             num = len(data_batch.get('data_samples') or [])
-        if not num or num < 2:
+        weight = 1.0 if weight is None else float(weight)
+        if not num or num < 2 or weight == 0:
             return None
-        if unweighted is None:
-            weight = 1.0 if weight is None else float(weight)
-            if weight == 0:
-                return None
-            unweighted = value / weight
-        return unweighted / math.log(num)
+        ratio = value / weight / math.log(num)
+        runner.message_hub.update_scalar('train/macl_chance_ratio', ratio)
+        return ratio
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
@@ -252,58 +263,47 @@ class MACLCheckHook(Hook):
             return
         iteration = runner.iter + 1
         outputs = outputs or {}
-        consensus = StepConsensus.get()
-        value = None
-        if self.loss_key in outputs:
-            value = float(torch.as_tensor(outputs[self.loss_key]).detach())
+        sync = MonitorSync.get()
+        value = self._logged(runner, outputs, self.loss_key)
         if self._presence_open and runner.iter < self.check_iters:
             excused = (self._head is not None and
                        getattr(self._head, 'last_num_pairs', 2) < 2)
-            consensus.post(_PREFIX + 'seen', 1.0)
-            consensus.post(_PREFIX + 'missing', 1.0 if value is None else 0.)
-            consensus.post(_PREFIX + 'nonfinite', 1.0 if (
+            sync.post(_PREFIX + 'seen', 1.0)
+            sync.post(_PREFIX + 'missing', 1.0 if value is None else 0.)
+            sync.post(_PREFIX + 'nonfinite', 1.0 if (
                 value is not None and not math.isfinite(value)) else 0.)
-            consensus.post(_PREFIX + 'zero', 1.0 if (
+            sync.post(_PREFIX + 'zero', 1.0 if (
                 value == 0.0 and not excused) else 0.)
         if value is not None and math.isfinite(value):
-            ratio = self._chance_ratio(value, data_batch)
-            if ratio is not None:
-                consensus.post(_PREFIX + 'ratio_sum', ratio)
-                consensus.post(_PREFIX + 'ratio_count', 1.0)
+            ratio = self._chance_ratio(runner, outputs, value, data_batch)
+            if ratio is not None and math.isfinite(ratio):
+                sync.post(_PREFIX + 'ratio_sum', ratio)
+                sync.post(_PREFIX + 'ratio_count', 1.0)
         if self._control_result is not None:
             true_sim, mismatched_sim = self._control_result
             self._control_result = None
-            consensus.post(_PREFIX + 'gap_sum', true_sim - mismatched_sim)
-            consensus.post(_PREFIX + 'gap_count', 1.0)
-
-        # Every rank: a no-op when an mmsafe optim wrapper reduces at its
-        # step (the values above are then reduced at the next step).
-        consensus.reduce_pending()
-        if consensus.num_reduces == self._reduces_seen:
-            return
-        self._reduces_seen = consensus.num_reduces
-        self._evaluate(runner, consensus, iteration, data_batch)
+            sync.post(_PREFIX + 'gap_sum', true_sim - mismatched_sim)
+            sync.post(_PREFIX + 'gap_count', 1.0)
+        # Every rank, every iteration: a collective only when due.
+        if sync.sync(runner):
+            self._evaluate(runner, sync, iteration, data_batch)
 
     # ------------------------------------------------------------------ #
-    def _evaluate(self, runner, consensus, iteration: int,
-                  data_batch) -> None:
-        last = lambda name: consensus.last(_PREFIX + name)  # noqa: E731
+    def _evaluate(self, runner, sync, iteration: int, data_batch) -> None:
+        last = lambda name: sync.last(_PREFIX + name)  # noqa: E731
         if self._presence_open:
             if last('seen') > 0:
                 self._check_presence(runner, iteration, last, data_batch)
-            # Closed once the window's last posts have been reduced (with an
-            # mmsafe optim wrapper that happens one step later).
-            if (runner.iter + 1 >= self.check_iters
-                    and consensus.pending(_PREFIX + 'seen') == 0):
+            if runner.iter + 1 >= self.check_iters:
                 self._presence_open = False
         count = last('ratio_count')
         if count > 0:
-            ratio = last('ratio_sum') / count
-            runner.message_hub.update_scalar('train/macl_chance_ratio', ratio)
             if iteration > self.chance_warmup:
-                self._window_sum += ratio
-                self._window_count += 1
-                if self._window_count >= self.chance_window:
+                # Sums over ranks and the iterations since the last sync.
+                self._window_sum += last('ratio_sum')
+                self._window_count += int(count)
+                if (self._window_count >=
+                        self.chance_window * get_world_size()):
                     self._check_chance(runner, iteration)
         if last('gap_count') > 0:
             self._check_control(runner, iteration,
@@ -345,7 +345,7 @@ class MACLCheckHook(Hook):
 
     def _check_chance(self, runner, iteration: int) -> None:
         mean = self._window_sum / self._window_count
-        window = self._window_count
+        window = self._window_count // get_world_size()
         self._window_sum, self._window_count = 0.0, 0
         update_counters('macl_check', chance_ratio=mean)
         if mean < self.chance_threshold:

@@ -9,7 +9,7 @@ from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
 
-from mmsafe.dist import (StepConsensus, all_gather_object, all_reduce_sum,
+from mmsafe.dist import (MonitorSync, all_gather_object, all_reduce_sum,
                          get_rank)
 from mmsafe.events import log, update_counters, write_event
 
@@ -124,10 +124,10 @@ class ScalarBandsHook(Hook):
       ``after_train``).
 
     Under DDP, training losses differ between ranks: a stop request is
-    posted to :class:`~mmsafe.dist.StepConsensus` and every rank stops at
-    the same iteration once the reduced request is non-zero (the same
-    iteration, or the next one when an mmsafe optim wrapper reduces at its
-    step). Validation metrics are decided with one small all-reduce.
+    posted to :class:`~mmsafe.dist.MonitorSync` and every rank stops at the
+    same iteration, the next sync (the log interval; every iteration in a
+    single process), once the summed request is non-zero. Validation
+    metrics are decided with one small all-reduce per validation.
 
     Args:
         bands (Sequence[dict]): :class:`Band` configs, e.g.
@@ -146,13 +146,12 @@ class ScalarBandsHook(Hook):
         self._has_train_stop = any(b.action == 'stop' for b in self.bands)
         if self._has_train_stop:
             # Declared on every rank (every rank builds the same hooks), so
-            # the consensus vector has the same names everywhere.
-            StepConsensus.get().declare(STOP_VOTE)
+            # the sync vector has the same names everywhere.
+            MonitorSync.get().declare(STOP_VOTE)
         self._seen_len: Dict[str, int] = {}
         self._streaks: Dict[tuple, int] = {}
         self._stop_reason: Optional[str] = None
         self._stopped = False
-        self._reduces_seen = 0
         self._draining = False
         self._drained = 0
         self._training = False
@@ -222,13 +221,9 @@ class ScalarBandsHook(Hook):
                            'training')
         if not self._has_train_stop:
             return
-        consensus = StepConsensus.get()
-        consensus.post(STOP_VOTE, 1.0 if self._stop_reason else 0.0)
-        consensus.reduce_pending()
-        if consensus.num_reduces == self._reduces_seen:
-            return
-        self._reduces_seen = consensus.num_reduces
-        if consensus.last(STOP_VOTE) > 0:
+        sync = MonitorSync.get()
+        sync.post(STOP_VOTE, 1.0 if self._stop_reason else 0.0)
+        if sync.sync(runner) and sync.last(STOP_VOTE) > 0:
             self._stop(runner, in_train_iter=True)
 
     def after_val_epoch(self, runner,

@@ -10,6 +10,9 @@ from .cpu_amp_ops import install_fp32_mmcv_cpu_ops
 from .nan_skip_optim_wrapper import (AMP_OVERFLOW, NONFINITE_GRAD,
                                      NaNSkipOptimWrapper)
 
+_SCALER_ARGS = ('init_scale', 'growth_factor', 'backoff_factor',
+                'growth_interval', 'enabled')
+
 _VALID_DTYPES = ('float16', 'bfloat16', 'float32', 'float64')
 
 
@@ -20,12 +23,20 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
     (``torch.autocast('cpu')`` and ``torch.amp.GradScaler('cpu')``), so CI
     can exercise it.
 
+    It accepts every configuration that ``AmpOptimWrapper`` accepts
+    (float16 or bfloat16; a dynamic, static, dict-configured or disabled
+    ``GradScaler``) and, on a healthy step, updates the weights exactly as
+    ``AmpOptimWrapper`` does: unscale, optional clipping, ``scaler.step``,
+    ``scaler.update``.
+
     The GradScaler stays legal on every path: gradients are unscaled exactly
     once per optimizer step (before the gradient norm is measured, so the
     norm and the clipping see true values), and ``scaler.update()`` runs on
-    every step, applied or skipped, after the inf checks were recorded.
-    Every rank feeds the scaler the same overflow decision (from the step
-    consensus), so the loss scale stays identical on all ranks.
+    every step, applied or skipped, after the inf checks were recorded. The
+    scaler's overflow check reads the all-reduced gradients, so the loss
+    scale moves alike on every rank. A disabled scaler
+    (``loss_scale=dict(enabled=False)``) does nothing: the skip decision
+    then comes from the gradient norm alone, as without AMP.
 
     A skip caused by a non-finite loss counts as a NaN skip; a skip with
     finite losses but non-finite scaled gradients counts as an fp16 overflow
@@ -34,8 +45,9 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
 
     Args:
         loss_scale (float | str | dict): ``'dynamic'`` (default GradScaler),
-            a float (static scale) or a dict of ``GradScaler`` arguments.
-            Defaults to ``'dynamic'``.
+            a number (static scale) or a dict of ``GradScaler`` arguments
+            (``init_scale``, ``growth_factor``, ``backoff_factor``,
+            ``growth_interval``, ``enabled``). Defaults to ``'dynamic'``.
         dtype (str | torch.dtype, optional): autocast dtype. None uses the
             device's autocast default (float16 on CUDA, bfloat16 on CPU).
         device_type (str, optional): ``'cuda'`` or ``'cpu'``. None picks
@@ -62,11 +74,16 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
         self._scale_update_param = None
         if loss_scale == 'dynamic':
             self.loss_scaler = torch.amp.GradScaler(device_type)
-        elif isinstance(loss_scale, (int, float)):
+        elif isinstance(loss_scale, (int, float)) and not isinstance(
+                loss_scale, bool):
             self._scale_update_param = float(loss_scale)
             self.loss_scaler = torch.amp.GradScaler(
                 device_type, init_scale=float(loss_scale))
         elif isinstance(loss_scale, dict):
+            unknown = sorted(set(loss_scale) - set(_SCALER_ARGS))
+            if unknown:
+                raise TypeError(f'unknown GradScaler arguments {unknown} in '
+                                f'loss_scale; valid: {list(_SCALER_ARGS)}')
             self.loss_scaler = torch.amp.GradScaler(device_type, **loss_scale)
         else:
             raise TypeError('loss_scale must be a float, a dict or '
@@ -91,11 +108,16 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
     def _backward(self, loss: torch.Tensor, **kwargs) -> None:
         self.loss_scaler.scale(loss).backward(**kwargs)
 
+    def _scaling(self) -> bool:
+        return self.loss_scaler.is_enabled()
+
     def _found_inf(self) -> dict:
         state = self.loss_scaler._per_optimizer_states[id(self.optimizer)]
         return state['found_inf_per_device']
 
     def _unscale(self) -> None:
+        if not self._scaling():
+            return
         self.loss_scaler.unscale_(self.optimizer)
         found_inf = self._found_inf()
         if not found_inf:
@@ -106,28 +128,22 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
                 device=self.loss_scaler._scale.device
                 if self.loss_scaler._scale is not None else 'cpu')
 
-    def _local_overflow(self) -> float:
-        return float(sum(float(v) for v in self._found_inf().values()) > 0)
-
-    def _agree_on_overflow(self) -> bool:
-        # The same value on every rank, so every rank's scaler moves alike.
-        overflow = (self.consensus.last(AMP_OVERFLOW) > 0
-                    or self.consensus.last(NONFINITE_GRAD) > 0)
-        for tensor in self._found_inf().values():
-            tensor.fill_(1.0 if overflow else 0.0)
-        return overflow
+    def _nonfinite_reason(self) -> str:
+        # With a scaler, non-finite gradients with finite losses are the
+        # loss scale's overflow; without one, a real NaN/Inf.
+        return AMP_OVERFLOW if self._scaling() else NONFINITE_GRAD
 
     def _optimizer_step(self, **kwargs) -> None:
-        self._agree_on_overflow()
         self.loss_scaler.step(self.optimizer, **kwargs)
         self.loss_scaler.update(self._scale_update_param)
 
     def _skip_step(self, reasons: List[str]) -> None:
         # No scaler.step(): the optimizer must not move. update() consumes
         # the recorded inf checks (and backs off the scale on overflow), so
-        # the next iteration starts from a clean scaler.
-        self._agree_on_overflow()
-        self.loss_scaler.update(self._scale_update_param)
+        # the next iteration starts from a clean scaler. The checks were
+        # taken on the all-reduced gradients: the same on every rank.
+        if self._scaling():
+            self.loss_scaler.update(self._scale_update_param)
 
     def state_dict(self) -> dict:
         """Optimizer, skip counters and ``loss_scaler`` state."""

@@ -1,18 +1,25 @@
 """An optim wrapper that turns NaN/Inf losses and gradients into a logged,
-bounded skip that every DDP rank takes together.
+bounded skip that every DDP rank takes together, with no communication of
+its own on a healthy step.
+
+How ranks agree without a collective: a rank whose loss is not finite runs
+its backward pass with a NaN seed gradient, so every gradient it produces is
+NaN. DDP's gradient all-reduce then carries the NaN to every rank, exactly
+as it carries a NaN or Inf that arose inside the backward pass. After the
+all-reduce the gradients are identical on every rank, so the global norm
+that the wrapper measures, and the skip-or-step decision taken from it, are
+identical too. A healthy step seeds its backward with exactly 1.0, which is
+what ``loss.backward()`` does: nothing changes.
 
 Learning-rate schedule on a skipped step: MMEngine's ``ParamSchedulerHook``
 steps the parameter schedulers after every training iteration (or epoch),
-whether or not the optimizer stepped. A skipped step therefore still
+whether or not the optimizer stepped, so by default a skipped step still
 consumes one iteration of the schedule (warmup included): the schedule
-follows the iteration count, not the number of applied updates (a run
-with k skipped steps ends its schedule having applied k fewer updates; with
-gradient accumulation a dropped window consumes ``accumulative_counts``
-iterations). Momentum buffers, Adam moments (and Adam's step counter) and
-weight decay are untouched by a skipped step because ``optimizer.step()`` is
-not called at all. When the very first step of a run is skipped, MMEngine's
-schedulers print PyTorch's harmless "Detected call of `scheduler.step()`
-before `optimizer.step()`" warning.
+follows the iteration count, as in any MMEngine run. To hold the schedule
+on skipped steps instead (DeepSpeed's and Megatron-LM's behaviour), use
+:class:`~mmsafe.engine.hooks.SkipAwareParamSchedulerHook`. Momentum
+buffers, Adam moments (and Adam's step counter) and weight decay are
+untouched by a skipped step because ``optimizer.step()`` is not called.
 """
 import logging
 import math
@@ -28,14 +35,14 @@ from mmengine.optim import OptimWrapper
 from torch.optim import Optimizer
 
 from mmdet.registry import OPTIM_WRAPPERS
-from mmsafe.dist import (StepConsensus, all_gather_object, current_iter,
-                         get_rank)
+from mmsafe.dist import all_gather_object, current_iter, get_rank
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
-#: Names this wrapper posts to the step consensus itself.
+#: Skip reasons.
 NONFINITE_LOSS = 'nonfinite_loss'
 NONFINITE_GRAD = 'nonfinite_grad'
 AMP_OVERFLOW = 'amp_overflow'
+ZERO_GRAD = 'zero_grad'
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -71,19 +78,26 @@ class NaNSkipOptimWrapper(OptimWrapper):
     optimizer steps consistently on every rank.
 
     Backward always runs on every rank. At each accumulation boundary the
-    wrapper posts this window's flags (any non-finite loss in the window,
-    non-finite total gradient norm) to :class:`mmsafe.dist.StepConsensus`,
-    which reduces them together with every other guard's values (e.g.
-    ``EmptyBatchSyncHook``'s ``empty_batch``) in ONE all-reduce. If any skip
-    rule fires, every rank zeroes its gradients and skips
-    ``optimizer.step()``; with gradient accumulation the whole window is
-    dropped. Skips are counted (``train/skipped_steps``,
-    ``train/nan_skips``, ``train/consecutive_skips``,
-    ``train/amp_overflows`` in the logs; the counters are part of
-    :meth:`state_dict`, so a resumed run continues them), logged with rank,
-    iteration, loss, gradient norm and the batch's image paths (rank 0's log
-    shows every rank; every rank appends a ``step_skip`` record to
-    ``mmsafe_events.jsonl``), and bounded by ``max_consecutive_skips``.
+    wrapper measures the global gradient norm, after DDP's all-reduce made
+    the gradients identical on every rank, and skips the step when it is not
+    finite (a non-finite loss on any rank makes it NaN, see the module
+    docstring) or, with ``skip_zero_grad``, exactly 0 (no rank produced any
+    signal: e.g. every rank's batch was empty and the model's losses vanish
+    on empty input; stepping would only apply weight decay and momentum).
+    On a skip every rank zeroes its gradients and skips ``optimizer.step()``;
+    with gradient accumulation the whole window is dropped. Reading the
+    norm is the wrapper's one host synchronisation per step; it never adds a
+    collective to a healthy step.
+
+    Skips are counted (``train/skipped_steps``, ``train/nan_skips``,
+    ``train/consecutive_skips``, ``train/amp_overflows`` in the logs; the
+    counters are part of :meth:`state_dict`, so a resumed run continues
+    them), logged with iteration, the rank(s) whose loss was not finite,
+    loss, gradient norm and the batch's image paths (rank 0's log shows
+    every rank: one ``all_gather_object``, on skipped steps only, taken by
+    every rank because every rank skips), written to
+    ``mmsafe_events.jsonl`` by every rank, and bounded by
+    ``max_consecutive_skips``.
 
     The batch's image paths are read with a forward pre-hook that the
     wrapper puts on the model's ``data_preprocessor`` the first time
@@ -91,8 +105,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
     it), so nothing but ``optim_wrapper.type`` has to change in a config.
 
     A non-finite gradient norm is never written into ``train/grad_norm``;
-    the pre-clipping global norm of every applied step is. See the module
-    docstring for the learning-rate schedule on skipped steps.
+    the pre-clipping global norm of every applied step is.
 
     Args:
         optimizer (Optimizer): the optimizer.
@@ -114,10 +127,12 @@ class NaNSkipOptimWrapper(OptimWrapper):
             last bad iterations and their image paths after this many skipped
             steps in a row (every reason counts). 0 disables the bound.
             Defaults to 20.
-        log_all_ranks (bool): on a skip, gather every rank's loss, gradient
-            norm and image paths (one extra ``all_gather_object``, only on
-            skipped steps) so that rank 0's log names them all. Defaults to
-            True.
+        log_all_ranks (bool): on a skip, gather every rank's loss and image
+            paths (one ``all_gather_object``, only on skipped steps) so that
+            every rank's log names the rank whose loss was not finite.
+            Defaults to True.
+        skip_zero_grad (bool): skip a step whose global gradient norm is
+            exactly 0 (reason ``zero_grad``). Defaults to True.
     """
 
     def __init__(self,
@@ -126,7 +141,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
                  clip_grad: Optional[dict] = None,
                  clip_grad_per_module: Optional[Sequence[dict]] = None,
                  max_consecutive_skips: int = 20,
-                 log_all_ranks: bool = True) -> None:
+                 log_all_ranks: bool = True,
+                 skip_zero_grad: bool = True) -> None:
         super().__init__(optimizer=optimizer,
                          accumulative_counts=accumulative_counts,
                          clip_grad=clip_grad)
@@ -137,18 +153,15 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self.log_all_ranks = log_all_ranks
         self.clip_grad_per_module = self._parse_module_rules(
             clip_grad_per_module)
-        self.consensus = StepConsensus.get()
-        self.consensus.attach_optim_wrapper(type(self).__name__)
-        self.consensus.declare(NONFINITE_LOSS, skip_when='any')
-        self.consensus.declare(NONFINITE_GRAD, skip_when='any')
-        self.consensus.declare(AMP_OVERFLOW, skip_when='any')
+        self.skip_zero_grad = skip_zero_grad
         self.counters: Dict = dict(
             skipped=0, consecutive=0, nan_skips=0, amp_overflow=0,
             steps=0, by_reason={})
         # (iteration, {rank: image paths}) of the latest skipped windows.
         self.recent_bad: deque = deque(maxlen=max(5, max_consecutive_skips))
         self._window: List[dict] = []
-        self._pending_loss: Optional[float] = None
+        self._skip_request: Optional[str] = None
+        self.last_step_skipped = False
         self._batch_files: List[str] = []
         self._model_ref = None
         self._param_names: Dict[int, str] = {}
@@ -210,32 +223,37 @@ class NaNSkipOptimWrapper(OptimWrapper):
 
     # ------------------------------------------------------------------ #
     # the training step
-    def update_params(self,
-                      loss: torch.Tensor,
-                      step_kwargs: Optional[Dict] = None,
-                      zero_kwargs: Optional[Dict] = None) -> None:
-        """Backward (always), then at the accumulation boundary one
-        consensus for all ranks: step or skip.
+    def request_skip(self, reason: str) -> None:
+        """Ask to skip the step that the next backward belongs to.
+
+        The step is skipped only when every iteration of its accumulation
+        window asked. The caller must ask on every rank alike (e.g. after
+        its own all-reduce), because the wrapper does not communicate.
 
         Args:
-            loss (torch.Tensor): the loss of this iteration.
-            step_kwargs (dict, optional): arguments for ``optimizer.step``.
-            zero_kwargs (dict, optional): arguments for ``zero_grad``.
+            reason (str): the skip reason that is counted and logged.
         """
-        self._pending_loss = float(loss.detach().float().sum())
-        super().update_params(loss, step_kwargs, zero_kwargs)
+        self._skip_request = reason
 
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
-        """Record whether this micro-batch's loss is finite, then run the
-        backward pass (always, so that DDP's gradient all-reduce happens on
-        every rank)."""
-        value = self._pending_loss
-        if value is None:
-            value = float(loss.detach().float().sum())
-        self._pending_loss = None
+        """Run the backward pass (always, so that DDP's gradient all-reduce
+        happens on every rank), seeded with NaN when the loss is not finite.
+
+        No value is read from the device here: the loss and its finiteness
+        stay tensors until the step.
+        """
+        detached = loss.detach()
+        finite = torch.isfinite(detached).all()
+        if kwargs.get('gradient') is None:
+            # 1.0 on a healthy step, exactly what loss.backward() uses; NaN
+            # otherwise, so that every gradient of this rank, and through
+            # DDP's all-reduce every rank's, becomes NaN.
+            ones = torch.ones_like(loss)
+            kwargs['gradient'] = torch.where(finite, ones, ones * math.nan)
         self._window.append(
-            dict(iter=current_iter(), loss=value,
-                 finite=math.isfinite(value), files=list(self._batch_files)))
+            dict(iter=current_iter(), loss=detached, finite=finite,
+                 files=list(self._batch_files), request=self._skip_request))
+        self._skip_request = None
         self._backward(loss, **kwargs)
         self._inner_count += 1
 
@@ -243,7 +261,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
         loss.backward(**kwargs)
 
     def step(self, **kwargs) -> None:
-        """Decide with all ranks, then clip and step, or skip.
+        """Decide from the all-reduced gradients, then clip and step, or
+        skip. Every rank reaches the same decision without communicating.
 
         Args:
             kwargs: arguments for ``optimizer.step``.
@@ -254,23 +273,29 @@ class NaNSkipOptimWrapper(OptimWrapper):
         if self.clip_grad_kwargs and self.grad_name == 'grad_norm':
             norm_type = float(self.clip_grad_kwargs.get('norm_type', 2.0))
         total_norm = _total_norm([p.grad for p in params], norm_type)
-        grad_norm = float(total_norm)
         window = self._window
         self._window = []
+        # The one host synchronisation of the step.
+        grad_norm = float(total_norm)
 
-        loss_bad = any(not w['finite'] for w in window)
-        self.consensus.post(NONFINITE_LOSS, 1.0 if loss_bad else 0.0)
-        self.consensus.post(NONFINITE_GRAD,
-                            0.0 if math.isfinite(grad_norm) else 1.0)
-        self.consensus.post(AMP_OVERFLOW, self._local_overflow())
-        self.consensus.reduce()  # the one collective of this step
-        reasons = self.consensus.last_skip_reasons()
-
+        reasons = []
+        if not math.isfinite(grad_norm):
+            reasons.append(self._nonfinite_reason())
+        elif grad_norm == 0.0 and self.skip_zero_grad and params:
+            reasons.append(ZERO_GRAD)
+        requests = [w['request'] for w in window]
+        if window and all(requests):
+            reasons.extend(r for r in dict.fromkeys(requests)
+                           if r not in reasons)
+        self.last_step_skipped = bool(reasons)
         if reasons:
             self._skip(reasons, window, grad_norm)
         else:
             self._apply(params, grad_norm, total_norm=total_norm, **kwargs)
         self._publish()
+
+    def _nonfinite_reason(self) -> str:
+        return NONFINITE_GRAD
 
     def _params_with_grad(self) -> List[torch.Tensor]:
         return [
@@ -335,10 +360,20 @@ class NaNSkipOptimWrapper(OptimWrapper):
               grad_norm: float) -> None:
         it = window[-1]['iter'] if window else current_iter()
         iters = [w['iter'] for w in window]
-        if NONFINITE_LOSS in reasons or (NONFINITE_GRAD in reasons
-                                          and not self._is_amp()):
+        # Only now, on the skip path, are the losses read from the device.
+        losses = [float(w['loss'].float().sum()) for w in window]
+        mine = dict(rank=get_rank(), iters=iters, losses=losses,
+                    loss_finite=[math.isfinite(v) for v in losses],
+                    files=[f for w in window for f in w['files']])
+        # Every rank skips this step, so every rank joins the gather.
+        everyone = all_gather_object(mine) if self.log_all_ranks else [mine]
+        bad_ranks = [r['rank'] for r in everyone
+                     if not all(r['loss_finite'])]
+        if bad_ranks and reasons[0] in (NONFINITE_GRAD, AMP_OVERFLOW):
+            reasons = [NONFINITE_LOSS] + reasons[1:]
+        if reasons[0] in (NONFINITE_LOSS, NONFINITE_GRAD):
             kind = 'nan_skips'
-        elif NONFINITE_GRAD in reasons or AMP_OVERFLOW in reasons:
+        elif reasons[0] == AMP_OVERFLOW:
             kind = 'amp_overflow'
         else:
             kind = None
@@ -350,23 +385,35 @@ class NaNSkipOptimWrapper(OptimWrapper):
         for reason in reasons:
             by_reason[reason] = by_reason.get(reason, 0) + 1
 
-        mine = dict(rank=get_rank(), iters=iters,
-                    losses=[w['loss'] for w in window], grad_norm=grad_norm,
-                    files=[f for w in window for f in w['files']])
-        everyone = all_gather_object(mine) if self.log_all_ranks else [mine]
+        if bad_ranks:
+            culprit = (f'the loss was not finite on rank(s) {bad_ranks}, and '
+                       'its NaN gradients reached every rank through the '
+                       'gradient all-reduce')
+        elif reasons[0] in (NONFINITE_GRAD, AMP_OVERFLOW):
+            culprit = ('the losses were finite' + (
+                ' on every rank' if len(everyone) > 1 else '') +
+                       ', but the gradient is not (a NaN/Inf arose in the '
+                       'backward pass' +
+                       (', or the fp16 loss scale overflowed'
+                        if reasons[0] == AMP_OVERFLOW else '') + ')')
+        elif reasons[0] == ZERO_GRAD:
+            culprit = ('the gradient is exactly 0 on every parameter: no '
+                       'rank produced any training signal (e.g. every batch '
+                       'was empty and the losses vanish on empty input)')
+        else:
+            culprit = f'requested ({reasons[0]})'
         write_event(self._work_dir(), 'step_skip', iter=it, iters=iters,
                     reasons=reasons, cause=kind or reasons[0],
-                    loss=mine['losses'], grad_norm=grad_norm,
+                    bad_ranks=bad_ranks, loss=losses, grad_norm=grad_norm,
                     files=mine['files'], skipped=self.counters['skipped'],
                     consecutive=self.counters['consecutive'])
         details = '; '.join(
             f"rank {r['rank']}: loss={[_fmt(v) for v in r['losses']]} "
-            f"grad_norm={_fmt(r['grad_norm'])} files={r['files']}"
-            for r in everyone)
+            f"files={r['files']}" for r in everyone)
         log(f'skipped the optimizer step of Iter(train) {_shown(it)} '
             f'(window {[_shown(i) for i in iters]}) on all ranks, reasons '
-            f'{reasons}; {details}; skipped '
-            f"{self.counters['skipped']} steps so far, "
+            f'{reasons}: {culprit}. grad_norm={_fmt(grad_norm)}; {details}; '
+            f"skipped {self.counters['skipped']} steps so far, "
             f"{self.counters['consecutive']} in a row",
             # fp16 overflows are routine while the loss scale settles.
             logging.INFO if kind == 'amp_overflow' else logging.WARNING)
@@ -414,9 +461,6 @@ class NaNSkipOptimWrapper(OptimWrapper):
 
     def _unscale(self) -> None:
         """Bring the gradients to their true scale before the checks."""
-
-    def _local_overflow(self) -> float:
-        return 0.0
 
     def _optimizer_step(self, **kwargs) -> None:
         self.optimizer.step(**kwargs)

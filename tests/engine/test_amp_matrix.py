@@ -1,0 +1,95 @@
+"""AmpNaNSkipOptimWrapper accepts every configuration of MMEngine's
+AmpOptimWrapper and, on healthy steps, updates the weights exactly as
+autocast + GradScaler do (``ReferenceCpuAmpOptimWrapper``: AmpOptimWrapper's
+step on CPU), including after a NaN step was skipped."""
+import pytest
+import torch
+from mmengine.dataset import pseudo_collate
+from mmengine.logging import MessageHub
+
+from mmsafe.dist import MonitorSync
+from mmsafe.engine.optimizers import AmpNaNSkipOptimWrapper
+from tests.engine.identity_toys import ReferenceCpuAmpOptimWrapper
+from tests.engine.step_toys import StepToyDataset, StepToyDetector
+
+NAN_BATCH = 2
+BATCHES = [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+LOSS_SCALES = {
+    'dynamic': 'dynamic',
+    'static': 512.0,
+    'dict': dict(init_scale=256.0, growth_interval=2, backoff_factor=0.25),
+    'disabled': dict(enabled=False),
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_state():
+    MonitorSync.reset()
+    hub = MessageHub.get_instance('test_amp_matrix')
+    hub.update_info('iter', 0)
+    yield hub
+    MonitorSync.reset()
+
+
+def train(wrapper_cls, batches, dtype, loss_scale, clip_grad):
+    data = StepToyDataset(faults=[(4, 'nan_loss')])
+    torch.manual_seed(0)
+    model = StepToyDetector()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
+                                weight_decay=0.01)
+    wrapper = wrapper_cls(optimizer=optimizer, loss_scale=loss_scale,
+                          dtype=dtype, clip_grad=clip_grad)
+    hub = MessageHub.get_current_instance()
+    for it, indices in enumerate(batches):
+        hub.update_info('iter', it)
+        model.train_step(pseudo_collate([data[i] for i in indices]), wrapper)
+    return model, wrapper
+
+
+@pytest.mark.parametrize('clip', [False, True])
+@pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_healthy_steps_match_autocast_and_gradscaler(dtype, scale, clip):
+    loss_scale = LOSS_SCALES[scale]
+    clip_grad = dict(max_norm=1.0) if clip else None
+    model, wrapper = train(AmpNaNSkipOptimWrapper, BATCHES, dtype,
+                           loss_scale, clip_grad)
+    enabled = scale != 'disabled'
+    # With a scaler, GradScaler itself skips the NaN step (and backs the
+    # scale off); without one, the reference must not see that batch.
+    reference_batches = BATCHES if enabled else [
+        b for i, b in enumerate(BATCHES) if i != NAN_BATCH]
+    ref_model, ref_wrapper = train(ReferenceCpuAmpOptimWrapper,
+                                   reference_batches, dtype, loss_scale,
+                                   clip_grad)
+    assert wrapper.counters['skipped'] == 1
+    assert wrapper.counters['nan_skips'] == 1
+    assert wrapper.counters['steps'] == len(BATCHES) - 1
+    for (name, p), ref in zip(model.named_parameters(),
+                              ref_model.parameters()):
+        assert torch.isfinite(p).all(), name
+        assert torch.equal(p, ref), name
+    for p, ref in zip(model.parameters(), ref_model.parameters()):
+        assert torch.equal(wrapper.optimizer.state[p]['momentum_buffer'],
+                           ref_wrapper.optimizer.state[ref]['momentum_buffer'])
+    assert wrapper.loss_scaler.is_enabled() == enabled
+    if enabled:
+        assert (wrapper.loss_scaler.state_dict() ==
+                ref_wrapper.loss_scaler.state_dict())
+
+
+def test_every_amp_optim_wrapper_option_builds():
+    from mmdet.registry import OPTIM_WRAPPERS
+    model = StepToyDetector()
+    for dtype in (None, 'float16', 'bfloat16', torch.bfloat16):
+        for loss_scale in ('dynamic', 512.0, 64, dict(init_scale=8.0),
+                           dict(enabled=False)):
+            wrapper = OPTIM_WRAPPERS.build(dict(
+                type='AmpNaNSkipOptimWrapper', dtype=dtype,
+                loss_scale=loss_scale,
+                optimizer=torch.optim.SGD(model.parameters(), lr=0.1)))
+            assert isinstance(wrapper, AmpNaNSkipOptimWrapper)
+    with pytest.raises(TypeError, match='unknown GradScaler arguments'):
+        AmpNaNSkipOptimWrapper(
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            loss_scale=dict(init_scal=8.0))
