@@ -92,7 +92,7 @@ def all_reduce_sum(values: Sequence[float]) -> List[float]:
     tensor = torch.tensor([float(v) for v in values], dtype=torch.float64,
                           device=get_comm_device())
     torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
-    return tensor.cpu().tolist()
+    return tensor.tolist()  # one device-to-host copy
 
 
 def all_gather_object(obj: Any) -> List[Any]:

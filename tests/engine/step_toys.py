@@ -135,6 +135,7 @@ class StepDumpHook(Hook):
         torch.save(
             dict(state_dict={k: v.detach().clone()
                              for k, v in model.state_dict().items()},
+                 param_names=[n for n, _ in model.named_parameters()],
                  records=self.records, last_iter=runner.iter,
                  counters=dict(getattr(wrapper, 'counters', {}) or {})),
             osp.join(runner.work_dir, f'step_dump_rank{get_rank()}.pt'))

@@ -89,8 +89,9 @@ def test_one_rank_empty_keeps_ddp_in_step():
               if e['iter'] == 5]
     assert [e['rank'] for e in events] == [1]
     assert events[0]['files'][0].startswith(runs.file_of(1, 5))
-    assert ('1 of 2 batches (all ranks) up to Iter(train) 6 had no valid '
-            'ground truth; they trained on background') in result.output
+    assert ('1 of the last 2 batches (all ranks), up to Iter(train) 6, had '
+            'no valid ground truth; they trained on background'
+            ) in result.output
 
 
 def test_all_ranks_empty_trains_on_background_everywhere():

@@ -112,8 +112,11 @@ def test_guards_leave_a_healthy_run_bit_identical(tmp_path_factory, mode):
                               f'{len(on_state)} tensors differ, e.g. '
                               f'{differ[:5]}')
     if nproc > 1:
-        for key, value in on_dumps[0]['state_dict'].items():
-            assert torch.equal(value, on_dumps[1]['state_dict'][key]), key
+        # Parameters are identical on every rank (running statistics are
+        # buffers, kept per rank: MMEngine's DDP does not broadcast them).
+        for key in on_dumps[0]['param_names']:
+            assert torch.equal(on_dumps[0]['state_dict'][key],
+                               on_dumps[1]['state_dict'][key]), key
 
     # Communication and host syncs of the guards, per iteration.
     for rank in range(nproc):
@@ -127,6 +130,9 @@ def test_guards_leave_a_healthy_run_bit_identical(tmp_path_factory, mode):
             expected = 1 if (nproc > 1 and sync_iter) else 0
             assert r['collectives'] == expected, (rank, r, counts)
         # The first iterations carry one-time analyses (loss-dict lint,
-        # first-batch statistics); every later step adds at most one sync.
-        steady = [r for r in records if r['iter'] >= 3]
-        assert max(r['guard_syncs'] for r in steady) <= 1, counts
+        # first-batch statistics). Every later step adds one host sync (the
+        # optim wrapper reads the gradient norm), plus, under DDP at the log
+        # interval, the one read of the monitoring all-reduce.
+        for r in records[3:]:
+            expected = 1 + r['collectives']
+            assert r['guard_syncs'] == expected, (rank, r, counts)

@@ -53,17 +53,22 @@ def test_missing_on_one_rank_raises_on_every_rank():
     result = _missing_on_rank1(tmp, 'missing_raise', 'raise')
     assert not result.timed_out, result
     assert result.returncode != 0, result
+    # Rank 1 says so at once; both ranks raise together at the first sync
+    # (the toy config's log interval is 5).
+    local = events(f'{tmp}/missing_raise', 'macl_presence_local')
+    assert [(e['rank'], e['iter'], e['problem']) for e in local] == [
+        (1, 1, 'missing')]
     for rank in (0, 1):
-        assert (f'MACLCheckHook at iteration 1 (rank {rank}): loss_macl is '
+        assert (f'MACLCheckHook at iteration 5 (rank {rank}): loss_macl is '
                 'missing' in result.output), result
     presence = events(f'{tmp}/missing_raise', 'macl_presence')
     assert {e['rank'] for e in presence} == {0, 1}
     assert 'Iter(train) [ 5/12]' not in result.output
 
 
-def test_missing_on_one_rank_warns_on_every_rank_with_step_consensus():
-    # NaNSkipOptimWrapper reduces the consensus at its step: the hook's
-    # values are then decided one iteration later, still on every rank.
+def test_missing_on_one_rank_warns_on_every_rank_with_nan_skip_wrapper():
+    # The optim wrapper adds no collective: the hook's values are decided
+    # at the log interval, on every rank alike.
     tmp = tempfile.mkdtemp()
     result = _missing_on_rank1(tmp, 'missing_warn', 'warn',
                                optim_extra=", type='NaNSkipOptimWrapper'")

@@ -160,9 +160,9 @@ class EmptyBatchSyncHook(Hook):
         if sync.sync(runner):
             num_empty = int(sync.last(EMPTY_BATCH))
             if num_empty:
-                log(f'{num_empty} of {sync.last_count(EMPTY_BATCH)} '
-                    'batches (all ranks) up to Iter(train) '
-                    f'{runner.iter + 1} had no valid ground truth; they '
+                log(f'{num_empty} of the last {sync.last_count(EMPTY_BATCH)} '
+                    'batches (all ranks), up to Iter(train) '
+                    f'{runner.iter + 1}, had no valid ground truth; they '
                     'trained on background. Files per rank: '
                     'mmsafe_events.jsonl (kind=empty_batch).',
                     logging.INFO)

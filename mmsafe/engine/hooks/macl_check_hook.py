@@ -227,7 +227,7 @@ class MACLCheckHook(Hook):
 
     # ------------------------------------------------------------------ #
     @staticmethod
-    def _logged(runner, outputs: dict, key: str) -> Optional[float]:
+    def _logged_value(runner, outputs: dict, key: str) -> Optional[float]:
         """This iteration's value of ``outputs[key]`` as MMEngine logged it
         (``RuntimeInfoHook`` already read it from the device), or None."""
         if key not in outputs:
@@ -239,7 +239,7 @@ class MACLCheckHook(Hook):
 
     def _chance_ratio(self, runner, outputs: dict, value: float,
                       data_batch) -> Optional[float]:
-        logged = self._logged(runner, outputs, 'macl_chance_ratio')
+        logged = self._logged_value(runner, outputs, 'macl_chance_ratio')
         if logged is not None:
             return logged
         num = self.num_pairs
@@ -264,16 +264,28 @@ class MACLCheckHook(Hook):
         iteration = runner.iter + 1
         outputs = outputs or {}
         sync = MonitorSync.get()
-        value = self._logged(runner, outputs, self.loss_key)
+        value = self._logged_value(runner, outputs, self.loss_key)
         if self._presence_open and runner.iter < self.check_iters:
             excused = (self._head is not None and
                        getattr(self._head, 'last_num_pairs', 2) < 2)
+            flags = dict(
+                missing=value is None,
+                nonfinite=value is not None and not math.isfinite(value),
+                zero=value == 0.0 and not excused)
             sync.post(_PREFIX + 'seen', 1.0)
-            sync.post(_PREFIX + 'missing', 1.0 if value is None else 0.)
-            sync.post(_PREFIX + 'nonfinite', 1.0 if (
-                value is not None and not math.isfinite(value)) else 0.)
-            sync.post(_PREFIX + 'zero', 1.0 if (
-                value == 0.0 and not excused) else 0.)
+            for name, flag in flags.items():
+                sync.post(_PREFIX + name, 1.0 if flag else 0.0)
+            bad = [name for name, flag in flags.items() if flag]
+            if bad and f'local_{bad[0]}' not in self._logged:
+                # This rank's own view at once; the decision (warn or raise
+                # on every rank) is taken at the next sync.
+                write_event(runner.work_dir, 'macl_presence_local',
+                            iter=iteration, problem=bad[0])
+                self._log_once(
+                    f'local_{bad[0]}', f'MACLCheckHook: rank {get_rank()} '
+                    f'sees {self.loss_key} {bad[0]} at iteration '
+                    f'{iteration}; every rank decides at the next sync '
+                    '(the log interval under DDP).', logging.WARNING)
         if value is not None and math.isfinite(value):
             ratio = self._chance_ratio(runner, outputs, value, data_batch)
             if ratio is not None and math.isfinite(ratio):

@@ -3,15 +3,16 @@
 import logging
 from typing import Any, Optional
 
-import torch
-from mmengine.dist import all_reduce, get_world_size, is_distributed
 from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
 from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
                                                      RESAMPLED_FROM,
                                                      RESAMPLED_FROM_PATH)
+from mmsafe.dist import MonitorSync, get_world_size
 from mmsafe.events import log, update_counters, write_event
+
+RESAMPLED = 'valid_instance_resample/resampled'
 
 
 @HOOKS.register_module()
@@ -30,12 +31,14 @@ class ValidInstanceResampleHook(Hook):
     * the totals are published as message-hub counters
       ``mmsafe/valid_instance_resample`` (``resampled``, ``tries``), which
       ``SafetyReportHook`` reports;
-    * at the end of each epoch the count is summed over all ranks (one
-      all-reduce that every rank makes at the same point) and logged.
+    * the count of all ranks travels with mmsafe's other monitoring values
+      (:class:`~mmsafe.dist.MonitorSync`, at the log interval) and is
+      logged when it is not zero.
 
     Args:
         log_first (int): replacements logged one by one; later ones are only
-            counted (and summed per epoch). Defaults to 20.
+            counted (and summed over ranks at the log interval). Defaults
+            to 20.
     """
 
     priority = 'NORMAL'
@@ -44,7 +47,8 @@ class ValidInstanceResampleHook(Hook):
         self.log_first = int(log_first)
         self.resampled = 0
         self.tries = 0
-        self.epoch_resampled = 0
+        self.all_ranks = 0
+        MonitorSync.get().declare(RESAMPLED)
 
     def after_train_iter(self,
                          runner,
@@ -62,13 +66,12 @@ class ValidInstanceResampleHook(Hook):
                          file=meta.get(RESAMPLED_FROM_PATH),
                          tries=meta.get(RESAMPLE_TRIES),
                          replacement=meta.get('img_path')))
-        if not found:
-            return
+        sync = MonitorSync.get()
+        sync.post(RESAMPLED, float(len(found)))
         it = runner.iter + 1
         for item in found:
             self.resampled += 1
             self.tries += int(item['tries'] or 0)
-            self.epoch_resampled += 1
             write_event(runner.work_dir, 'instance_resample', iter=it,
                         **item)
             if self.resampled <= self.log_first:
@@ -81,19 +84,13 @@ class ValidInstanceResampleHook(Hook):
                 if self.resampled == self.log_first:
                     log('ValidInstanceResampleHook: further replacements '
                         'are counted, not logged one by one')
+        if sync.sync(runner):
+            total = int(sync.last(RESAMPLED))
+            if total:
+                self.all_ranks += total
+                log(f'ValidInstanceResampleDataset: {total} samples without '
+                    'valid instances were replaced up to Iter(train) '
+                    f'{it} since the last report, on {get_world_size()} '
+                    f'rank(s) ({self.all_ranks} in all)', logging.WARNING)
         update_counters('valid_instance_resample', resampled=self.resampled,
-                        tries=self.tries)
-
-    def after_train_epoch(self, runner) -> None:
-        count = torch.tensor([float(self.epoch_resampled)])
-        if is_distributed():
-            all_reduce(count)  # every rank, same point: no mismatch
-        total = int(count.item())
-        if total:
-            log(f'ValidInstanceResampleDataset: {total} samples without '
-                f'valid instances were replaced in epoch {runner.epoch + 1} '
-                f'on {get_world_size()} rank(s)', logging.WARNING)
-        update_counters('valid_instance_resample',
-                        resampled=self.resampled, tries=self.tries,
-                        last_epoch_all_ranks=total)
-        self.epoch_resampled = 0
+                        tries=self.tries, all_ranks=self.all_ranks)
