@@ -25,25 +25,30 @@ def test_healthy_bands_silent():
 def test_nan_on_one_rank_stops_every_rank_cleanly():
     tmp = tempfile.mkdtemp()
     # 64 samples, batch 8, 2 ranks: 4 iterations per epoch. Rank 1's
-    # loss_cls is NaN from its 6th forward (iteration 6, inside epoch 2).
+    # loss_cls is NaN from its 4th forward (iteration 4, epoch 1); the
+    # optim wrapper skips those steps, so rank 0's losses stay finite. The
+    # stop request travels at the next sync (log interval 5): every rank
+    # stops at iteration 5, inside epoch 2.
     cfg = toy_config(
-        tmp, 'stop', BANDS, model='nan_at_iter=5, nan_rank=1',
-        max_epochs=3, optim_extra=', clip_grad=dict(max_norm=1e6)')
+        tmp, 'stop', BANDS, model='nan_at_iter=3, nan_rank=1',
+        max_epochs=3, optim_extra=", type='NaNSkipOptimWrapper', "
+        'clip_grad=dict(max_norm=1e6)')
     result = run_train(cfg, nproc=2, timeout=400)
     assert result.returncode == 0 and not result.timed_out, why(result)
     work_dir = osp.join(tmp, 'stop')
     stops = events(work_dir, 'band_stop')
     assert {e['rank'] for e in stops} == {0, 1}, stops
-    assert {e['iter'] for e in stops} == {6}, stops
+    assert {e['iter'] for e in stops} == {5}, stops
     for stop in stops:  # every rank logs every rank's reasons
         assert 'train/loss_cls=nan is not finite' in stop['reason'], stop
+        assert 'iteration 4' in stop['reason'], stop
         assert 'rank 1' in stop['reason'] and 'rank 0' not in stop['reason']
-    assert 'stopping the run at iteration 6' in result.output
-    assert 'drained 2 remaining batches' in result.output
+    assert 'stopping the run at iteration 5' in result.output
+    assert 'drained 3 remaining batches' in result.output
     assert 'Epoch(train) [3]' not in result.output
-    ckpt = torch.load(osp.join(work_dir, 'band_stop_iter_6.pth'),
+    ckpt = torch.load(osp.join(work_dir, 'band_stop_iter_5.pth'),
                       map_location='cpu', weights_only=False)
-    assert ckpt['meta']['iter'] == 6 and ckpt['meta']['epoch'] == 1
+    assert ckpt['meta']['iter'] == 5 and ckpt['meta']['epoch'] == 1
     # grad_norm above its band from the first iteration: one warning after
     # 3 consecutive values, on each rank.
     warns = [e for e in events(work_dir, 'band_violation')
