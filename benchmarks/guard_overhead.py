@@ -248,6 +248,15 @@ def report(args, times, block_medians, setup, warmup, counts, profile) -> None:
             for site, n in sorted(c_on['mmsafe_sites'].items(),
                                   key=lambda kv: -kv[1]):
                 print(f'    {n / steps:6.2f}  {site}')
+            if what == 'collectives':
+                # MonitorSync's all-reduce runs at the log interval and at
+                # the last iteration, never on an ordinary step.
+                monitor = sum(n for site, n in c_on['mmsafe_sites'].items()
+                              if 'mmsafe/dist.py:all_reduce_sum' in site)
+                other = c_on['total'] - c_off['total'] - monitor
+                print(f'  monitoring all-reduce (log interval and last '
+                      f'iteration): {monitor / steps:.2f}; added on ordinary '
+                      f'steps: {other / steps:.2f}')
     if profile:
         prof, steps = profile['on']['profile'], profile['on']['steps']
         per_iter = sum(profile['on']['times']) / steps
