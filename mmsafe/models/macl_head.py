@@ -17,12 +17,37 @@ from mmdet.utils import OptMultiConfig
 from mmsafe.events import log, update_counters
 
 
-def gather_with_local_grad(x: Tensor) -> Tuple[Tensor, int, int]:
-    """All-gather ``x`` (rows may differ in number between ranks).
+class _GatherRows(torch.autograd.Function):
+    """All-gather of rows (padded to the largest rank) whose backward sums
+    each rank's gradient over all ranks and hands every rank the part of
+    its own rows: the gradient of a loss that uses other ranks' rows flows
+    back to the rank that produced them."""
 
-    The rows of this rank stay the original tensor, so gradients flow into
-    the local part; the other ranks' rows are constants. Every rank must
-    call this, whatever its number of rows (even 0).
+    @staticmethod
+    def forward(ctx, x: Tensor, sizes: Tuple[int, ...], rank: int) -> Tensor:
+        ctx.sizes, ctx.rank = sizes, rank
+        padded = x.new_zeros((max(sizes), *x.shape[1:]))
+        padded[:x.shape[0]] = x
+        buffers = [torch.zeros_like(padded) for _ in sizes]
+        torch_dist.all_gather(buffers, padded)
+        return torch.cat([buf[:size] for buf, size in zip(buffers, sizes)])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        sizes, rank = ctx.sizes, ctx.rank
+        padded = grad.new_zeros((len(sizes), max(sizes), *grad.shape[1:]))
+        for i, part in enumerate(grad.split(list(sizes))):
+            padded[i, :sizes[i]] = part
+        # Every rank runs this backward (every rank computed the loss).
+        torch_dist.all_reduce(padded)
+        return padded[rank, :sizes[rank]], None, None
+
+
+def gather_rows(x: Tensor) -> Tuple[Tensor, int, int]:
+    """All-gather ``x`` (rows may differ in number between ranks), with
+    gradients back to the rank that produced each row.
+
+    Every rank must call this, whatever its number of rows (even 0).
 
     Returns:
         tuple: the rows of all ranks in rank order, the offset of this
@@ -35,14 +60,8 @@ def gather_with_local_grad(x: Tensor) -> Tuple[Tensor, int, int]:
     num = torch.tensor([x.shape[0]], device=x.device, dtype=torch.long)
     sizes = [torch.zeros_like(num) for _ in range(world_size)]
     torch_dist.all_gather(sizes, num)
-    sizes = [int(s.item()) for s in sizes]
-    padded = x.new_zeros((max(sizes), *x.shape[1:]))
-    padded[:x.shape[0]] = x.detach()
-    buffers = [torch.zeros_like(padded) for _ in range(world_size)]
-    torch_dist.all_gather(buffers, padded)
-    parts = [buf[:size] for buf, size in zip(buffers, sizes)]
-    parts[rank] = x
-    return torch.cat(parts), sum(sizes[:rank]), sum(sizes)
+    sizes = tuple(int(s) for s in torch.cat(sizes).tolist())
+    return _GatherRows.apply(x, sizes, rank), sum(sizes[:rank]), sum(sizes)
 
 
 @MODELS.register_module()
@@ -96,8 +115,13 @@ class MACLHead(BaseModule):
         learnable_temperature (bool): Learn the temperature. Defaults to
             True.
         gather_negatives (bool): All-gather embeddings from all ranks so
-            that the other ranks' pairs are negatives too (gradients flow
-            through the local part). Defaults to False.
+            that the other ranks' pairs are negatives too. Gradients flow
+            back to the rank that produced each embedding, and the centring
+            statistics are reduced over all ranks (one more all-reduce), so
+            2 ranks with B pairs each compute exactly the loss and the
+            gradients of one process with 2B pairs. Without it each rank
+            contrasts its own pairs and keeps its own centres (as BatchNorm
+            without SyncBN). Defaults to False.
         loss_weight (float): Weight of the loss. Defaults to 0.1.
         init_cfg (dict, optional): Initialisation config.
     """
@@ -166,6 +190,7 @@ class MACLHead(BaseModule):
         self.last_unweighted_loss: Optional[Tensor] = None
         self.num_calls = 0
         self.num_small_batches = 0
+        self._center_started: Optional[bool] = None
 
     def _make_projector(self, norm: Optional[str]) -> nn.Module:
         layers = [nn.Linear(self.in_dim, self.hidden_dim)]
@@ -208,13 +233,28 @@ class MACLHead(BaseModule):
 
     @torch.no_grad()
     def _update_centers(self, vis: Tensor, ir: Tensor) -> None:
-        if self.center_momentum is None or not self.training or \
-                vis.shape[0] == 0:
+        if self.center_momentum is None or not self.training:
             return
-        m = 0. if int(self.num_center_updates) == 0 else self.center_momentum
-        self.vis_center.mul_(m).add_(vis.mean(0), alpha=1 - m)
-        self.ir_center.mul_(m).add_(ir.mean(0), alpha=1 - m)
+        sums = torch.cat([vis.sum(0), ir.sum(0),
+                          vis.new_full((1, ), vis.shape[0])])
+        if self.gather_negatives and get_world_size() > 1:
+            # The same batch mean on every rank, so the centres are too.
+            torch_dist.all_reduce(sums)
+        count = sums[-1:]
+        if self._center_started is None:
+            # Read once (a resumed run continues its centres).
+            self._center_started = bool(self.num_center_updates > 0)
+        if not self._center_started and not vis.shape[0]:
+            return
+        m = self.center_momentum if self._center_started else 0.
+        # A rank (or all ranks) without pairs keeps the centres unchanged.
+        scale = torch.where(count > 0, 1 - m, 0.) / count.clamp(min=1)
+        keep = torch.where(count > 0, m, 1.)
+        dim = self.in_dim
+        self.vis_center.mul_(keep).add_(sums[:dim] * scale)
+        self.ir_center.mul_(keep).add_(sums[dim:2 * dim] * scale)
         self.num_center_updates += 1
+        self._center_started = True
 
     def _embed(self, pooled: Tensor, projector: nn.Module,
                center: Optional[Tensor]) -> Tensor:
@@ -267,10 +307,13 @@ class MACLHead(BaseModule):
         Returns:
             dict: ``loss_macl`` (always present, weighted), and for
             logging only (they do not enter the total loss):
-            ``macl_temperature`` and, when at least 2 pairs were
-            contrasted, ``macl_chance_ratio`` (the unweighted InfoNCE over
-            its chance level ln(B), B the number of keys: 1.0 means the
-            embeddings carry no pairing information).
+            ``macl_temperature``; when at least 2 candidates were
+            contrasted, ``macl_infonce`` (the unweighted InfoNCE) and
+            ``macl_chance_ratio`` (``macl_infonce`` / ln(B), B the number
+            of candidates: 1.0 means the embeddings carry no pairing
+            information); when this rank holds at least 2 pairs,
+            ``macl_pair_gap`` (mean cosine similarity of the true pairs
+            minus that of mismatched pairs).
         """
         vis = self._select(vis_feats, 'visible')
         ir = self._select(ir_feats, 'infrared')
@@ -284,14 +327,14 @@ class MACLHead(BaseModule):
         vis_keys, ir_keys = vis_emb, ir_emb
         if self.gather_negatives:
             # Always called, whatever num_local: every rank must join.
-            joint, offset, num_keys = gather_with_local_grad(
+            joint, offset, num_keys = gather_rows(
                 torch.cat([vis_emb, ir_emb], dim=1))
             vis_keys, ir_keys = joint.split(self.proj_dim, dim=1)
 
         self.num_calls += 1
         self.last_num_pairs = num_keys
         temperature = self.temperature
-        chance_ratio = None
+        logged: Dict[str, Tensor] = {}
         if num_local < 1 or num_keys < 2:
             loss = self._connected_zero(vis, ir, vis_emb, ir_emb)
             self.last_unweighted_loss = None
@@ -315,14 +358,21 @@ class MACLHead(BaseModule):
             loss = 0.5 * (F.cross_entropy(logits_v2i, labels) +
                           F.cross_entropy(logits_i2v, labels))
             self.last_unweighted_loss = loss.detach()
-            chance_ratio = loss.detach() / math.log(num_keys)
+            logged['macl_infonce'] = loss.detach()
+            logged['macl_chance_ratio'] = loss.detach() / math.log(num_keys)
             loss = self.loss_weight * loss
+        if num_local >= 2:
+            # Shuffled-pair control: how much more similar the true pairs
+            # are than mismatched ones (each visible image against its
+            # neighbour's infrared image); about 0 when pairing is broken.
+            with torch.no_grad():
+                true_sim = (vis_emb * ir_emb).sum(1).mean()
+                rolled = (vis_emb * ir_emb.roll(1, dims=0)).sum(1).mean()
+                logged['macl_pair_gap'] = true_sim - rolled
         update_counters(
             'macl',
             calls=self.num_calls,
             small_batches=self.num_small_batches,
             last_num_pairs=self.last_num_pairs)
-        outputs = dict(loss_macl=loss, macl_temperature=temperature.detach())
-        if chance_ratio is not None:
-            outputs['macl_chance_ratio'] = chance_ratio
-        return outputs
+        return dict(loss_macl=loss, macl_temperature=temperature.detach(),
+                    **logged)

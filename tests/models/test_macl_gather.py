@@ -18,5 +18,9 @@ def test_gather_negatives_with_unequal_and_empty_ranks():
     assert result.returncode == 0, result
     # rank 0: the [0, 1] round has nothing to contrast; rank 1: neither
     # does it (1 pair in total)
+    # 2 ranks x 3 pairs = 1 process x 6 pairs: loss, gradients (through
+    # the gathered negatives) and centring statistics, over 3 SGD steps.
+    assert 'RANK0 EXACT' in result.output and 'RANK1 EXACT' in \
+        result.output, result
     assert 'RANK0 OK small_batches=1' in result.output, result
     assert 'RANK1 OK small_batches=1' in result.output, result
