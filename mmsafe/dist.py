@@ -34,9 +34,12 @@ Rules that keep ranks in step:
   same error on every rank instead of mixing up values;
 * ``sync`` is called by hooks in ``after_train_iter`` on every rank; whether
   an iteration syncs depends only on the iteration number, the logger
-  interval and the run length, identical on every rank. The first call of
-  an iteration runs the collective; later calls in the same iteration read
-  its result;
+  interval and the run length, identical on every rank. Under DDP the
+  first call of an iteration runs the collective and later calls in the
+  same iteration read its result (values posted after it travel with the
+  next sync, alike on every rank: hooks run in the same order everywhere).
+  In a single process every call publishes what was posted since the
+  previous one;
 * nothing here returns early before a collective.
 """
 import logging
@@ -218,6 +221,12 @@ class MonitorSync:
             bool: True when the values of :meth:`last` are fresh from this
             iteration's sync; False when this iteration does not sync.
         """
+        if not is_distributed():
+            # Nothing to communicate: every call publishes what was posted
+            # since the previous call, so each hook reads its own values of
+            # this iteration.
+            self.reduce()
+            return True
         it = runner.iter
         if self._last_sync_iter == it:
             return True

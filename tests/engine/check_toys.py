@@ -89,6 +89,12 @@ class ToyPairModel(BaseModel):
         grad_log_key (bool): Return a grad-carrying ``macl_similarity``.
         nan_at_iter (int, optional): Make ``loss_cls`` NaN from this forward
             call on (0-based) on ``nan_rank`` (None: every rank).
+        macl_fault (str, optional): From forward call ``macl_fault_at`` on
+            (0-based): ``'vanish'`` (``loss_macl`` leaves the loss dict, as
+            when an exception around it is swallowed), ``'constant'`` (a
+            fixed detached value replaces it) or ``'detach'`` (the real
+            value, detached from the head).
+        macl_fault_at (int): See ``macl_fault``.
     """
 
     def __init__(self,
@@ -99,7 +105,9 @@ class ToyPairModel(BaseModel):
                  double_count: bool = False,
                  grad_log_key: bool = False,
                  nan_at_iter: Optional[int] = None,
-                 nan_rank: Optional[int] = None) -> None:
+                 nan_rank: Optional[int] = None,
+                 macl_fault: Optional[str] = None,
+                 macl_fault_at: int = 0) -> None:
         super().__init__()
         self.vis_enc = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1),
                                      nn.ReLU())
@@ -116,6 +124,9 @@ class ToyPairModel(BaseModel):
         self.grad_log_key = grad_log_key
         self.nan_at_iter = nan_at_iter
         self.nan_rank = nan_rank
+        assert macl_fault in (None, 'vanish', 'constant', 'detach')
+        self.macl_fault = macl_fault
+        self.macl_fault_at = macl_fault_at
         self.num_loss_calls = 0
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
@@ -144,6 +155,13 @@ class ToyPairModel(BaseModel):
         if self.macl_head is not None:
             macl = self.macl_head.loss((vis_feat, ), (ir_feat, ),
                                        data_samples)
+            if self.macl_fault and self.num_loss_calls > self.macl_fault_at:
+                if self.macl_fault == 'vanish':
+                    macl = {}
+                elif self.macl_fault == 'constant':
+                    macl['loss_macl'] = torch.tensor(0.4)
+                else:
+                    macl['loss_macl'] = macl['loss_macl'].detach()
             if self.drop_macl_on_rank != get_rank():
                 losses.update(macl)
         if self.double_count:

@@ -11,7 +11,7 @@ from tests.engine.check_toys_cfg import toy_config
 from tests.utils import run_train
 
 HEALTHY_HOOKS = """[
-    dict(type='MACLCheckHook', check_iters=5, chance_warmup=30,
+    dict(type='MACLCheckHook', chance_warmup=30,
          chance_window=10, control_interval=10, control_warmup=30),
     dict(type='LossDictLintHook'),
     dict(type='EvalCoverageHook'),

@@ -1,5 +1,8 @@
-"""MACLCheckHook: healthy pairs stay silent; broken pairing and a MACL loss
-missing on one rank are caught (real Runner, real 2-process gloo DDP)."""
+"""MACLCheckHook: healthy pairs stay silent; broken pairing, a MACL loss
+missing on one rank, and a MACL loss that vanishes, goes constant or stops
+reaching its head in the middle of a run are caught, naming the iteration
+(real Runner, real 2-process gloo DDP)."""
+import pytest
 import tempfile
 
 from tests.engine.check_toys_cfg import toy_config
@@ -41,8 +44,7 @@ def test_shuffled_pairs_at_chance_warn():
 
 
 def _missing_on_rank1(tmp, name, policy, optim_extra=''):
-    hooks = (f"[dict(type='MACLCheckHook', check_iters=5, "
-             f"policy={policy!r})]")
+    hooks = f"[dict(type='MACLCheckHook', policy={policy!r})]"
     cfg = toy_config(tmp, name, hooks, model='drop_macl_on_rank=1',
                      max_iters=12, optim_extra=optim_extra)
     return run_train(cfg, nproc=2, timeout=400)
@@ -59,8 +61,8 @@ def test_missing_on_one_rank_raises_on_every_rank():
     assert [(e['rank'], e['iter'], e['problem']) for e in local] == [
         (1, 1, 'missing')]
     for rank in (0, 1):
-        assert (f'MACLCheckHook at iteration 5 (rank {rank}): loss_macl is '
-                'missing' in result.output), result
+        assert (f'MACLCheckHook at iteration 5 (rank {rank}, world size 2):'
+                ' loss_macl is missing' in result.output), result
     presence = events(f'{tmp}/missing_raise', 'macl_presence')
     assert {e['rank'] for e in presence} == {0, 1}
     assert 'Iter(train) [ 5/12]' not in result.output
@@ -91,3 +93,44 @@ def test_model_without_macl_head_turns_the_check_off():
     assert result.returncode == 0 and not result.timed_out, why(result)
     assert 'the MACL checks are off' in result.output
     assert not events(f'{tmp}/nomacl', 'macl_presence')
+
+
+@pytest.mark.parametrize('fault,problem', [
+    ('vanish', 'is missing from the loss dict'),
+    ('constant', 'has not changed for 20 iterations'),
+    ('detach', 'no longer reaches the MACL head'),
+])
+def test_macl_fault_in_the_middle_of_a_run_is_reported(fault, problem):
+    """The loss is fine for 30 iterations, then breaks: reported at the
+    iteration it happens (single process: every iteration syncs), the
+    default policy warns and training goes on."""
+    tmp = tempfile.mkdtemp()
+    cfg = toy_config(tmp, fault, "[dict(type='MACLCheckHook')]",
+                     model=f'macl_fault={fault!r}, macl_fault_at=30',
+                     max_iters=60)
+    result = run_train(cfg, timeout=400)
+    assert result.returncode == 0 and not result.timed_out, why(result)
+    presence = events(f'{tmp}/{fault}', 'macl_presence')
+    assert presence, why(result)
+    first = presence[0]['iter']
+    # The fault starts at iteration 31. A detached value (constant or not)
+    # is seen after the first step that left the head untouched and
+    # reported at the next sync; a constant also once it held for 20
+    # iterations (50).
+    expected = {'vanish': 31, 'constant': 32, 'detach': 32}[fault]
+    assert first == expected, presence
+    assert f'MACLCheckHook at iteration {first}' in result.output
+    assert problem in result.output
+    assert 'Iter(train) [60/60]' in result.output  # warned, kept training
+
+
+def test_raise_policy_stops_at_the_faulty_iteration():
+    tmp = tempfile.mkdtemp()
+    cfg = toy_config(tmp, 'vanish_raise',
+                     "[dict(type='MACLCheckHook', policy='raise')]",
+                     model="macl_fault='vanish', macl_fault_at=30",
+                     max_iters=60)
+    result = run_train(cfg, timeout=400)
+    assert result.returncode != 0 and not result.timed_out, why(result)
+    assert 'MACLCheckHook at iteration 31' in result.output
+    assert "policy='warn' to only log this" in result.output
