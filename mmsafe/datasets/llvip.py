@@ -14,6 +14,7 @@ from mmsafe.events import log
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side)
 from .synthetic_llvip import ensure_synthetic_llvip
+from .transforms import paired_pipeline
 
 DEFAULT_PREFIX = dict(
     img='visible/train/', ir_img='infrared/train/', ann='Annotations/')
@@ -105,6 +106,11 @@ class LLVIPDataset(BaseDetDataset):
                 raise ValueError('LLVIPDataset(synthetic=...) needs data_root')
             ensure_synthetic_llvip(data_root, **synthetic)
         super().__init__(*args, data_prefix=prefix, **kwargs)
+        if return_modality_pair:
+            # a geometric transform on one modality is refused here, and
+            # each sample's steps are watched (PairedCompose)
+            self.pipeline = paired_pipeline(
+                self.pipeline, f'LLVIPDataset({self.data_prefix["img"]})')
 
     def _image_names(self) -> List[str]:
         """File names of the visible images, from ImageSets or the folder."""

@@ -12,6 +12,7 @@ from mmengine.dataset import BaseDataset, Compose
 from mmengine.fileio import exists, get_local_path
 
 from mmdet.registry import DATASETS
+from .transforms import paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side)
 
@@ -152,8 +153,10 @@ class PairedModalityDataset:
                 'PairedModalityDataset: give the pipeline either to the '
                 'wrapper or to the inner dataset, not both (the inner one '
                 'would run a second time).')
-        self.pipeline = Compose(list(pipeline)) if pipeline else (
-            inner_pipeline or Compose([]))
+        self.pipeline = paired_pipeline(
+            Compose(list(pipeline)) if pipeline else
+            (inner_pipeline or Compose([])),
+            f'PairedModalityDataset({type(dataset).__name__})')
         self.test_mode = getattr(dataset, 'test_mode', False)
         self.max_refetch = max_refetch
         self._fully_initialized = False

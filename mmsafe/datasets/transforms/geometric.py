@@ -8,17 +8,24 @@ modalities. The transform is used as it is (no channel stacking, so cv2's
 limits on channel counts and the pillow backend do not matter), and the
 boxes, masks and meta keys come from the visible run.
 
+Torch's global random state is rewound too, so a transform drawing from
+``torch`` is paired as well. A transform that draws from its own generator
+(an ``np.random.Generator``, ``random.Random`` or ``torch.Generator``
+attribute) cannot be rewound and is refused when it is wrapped.
+
 Identity is checked, not assumed: after the two runs the output sizes, the
 recorded geometry (``homography_matrix``, ``scale_factor``, ``flip``,
 ``crop``/``pad`` shapes ...) and the random state they leave behind must be
 equal, else the transform is not pairable (for example its random draws
-depend on pixel values) and an error names it.
+depend on pixel values) and an error names it. What the step did is then
+recorded as the geometry of both modalities (see :mod:`.geometry`).
 """
 import copy
 import random
 from typing import Callable, Optional
 
 import numpy as np
+import torch
 from mmcv.transforms import BaseTransform
 from mmcv.transforms import RandomChoiceResize as MMCV_RandomChoiceResize
 from mmcv.transforms import RandomResize as MMCV_RandomResize
@@ -26,6 +33,7 @@ from mmcv.transforms import RandomResize as MMCV_RandomResize
 from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
                                        RandomFlip, Resize)
 from mmdet.registry import TRANSFORMS
+from .geometry import record_step, visible_geometry
 
 #: result keys that describe the geometry; they must agree between the runs
 GEOMETRY_KEYS = ('img_shape', 'scale', 'scale_factor', 'keep_ratio', 'flip',
@@ -76,13 +84,17 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
         for k, v in results.items() if k not in _IMAGE_KEYS
     }
     ir_results['img'] = ir_img
+    before = visible_geometry(results)
     py_state, np_state = random.getstate(), np.random.get_state()
+    torch_state = torch.get_rng_state()
     out = transform(results)
     if out is None:
         return None
     py_after, np_after = random.getstate(), np.random.get_state()
+    torch_after = torch.get_rng_state()
     random.setstate(py_state)
     np.random.set_state(np_state)
+    torch.set_rng_state(torch_state)
     ir_out = transform(ir_results)
     paths = (f'visible={results.get("img_path")} | '
              f'infrared={results.get("ir_img_path")}')
@@ -90,7 +102,8 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
         raise RuntimeError(f'{name} accepted the visible image but rejected '
                            f'the infrared one ({paths}); it is not pairable.')
     if not (random.getstate() == py_after
-            and _same_rng_state(np.random.get_state(), np_after)):
+            and _same_rng_state(np.random.get_state(), np_after)
+            and torch.equal(torch.get_rng_state(), torch_after)):
         raise RuntimeError(
             f'{name} drew different random numbers for the visible and the '
             f'infrared image ({paths}): its randomness depends on the image, '
@@ -108,6 +121,7 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
                     f'visible {out.get(key)}, infrared {ir_out.get(key)} '
                     f'({paths})')
     out['ir_img'] = ir_out['img']
+    record_step(out, name, before)
     return out
 
 
@@ -117,6 +131,8 @@ class PairedGeometryMixin:
     Put it first in the bases: ``class PairedResize(PairedGeometryMixin,
     Resize)``.
     """
+
+    pair_aware = True
 
     def transform(self, results: dict) -> Optional[dict]:
         """Apply the transform identically to ``img`` and ``ir_img``."""
@@ -129,14 +145,23 @@ class PairedGeometric(BaseTransform):
     """Make any single-image geometric transform paired, e.g.
     ``dict(type='PairedGeometric', transform=dict(type='RandomAffine'))``.
 
+    Refused when it is built (:class:`UnpairedTransformError`): a mix
+    transform (``Mosaic``, ``MixUp``, ...: the infrared partners of the
+    mixed-in samples are not mixed) and a transform that draws from its
+    own random generator (its draw cannot be repeated for infrared).
+
     Args:
         transform (dict | callable): the transform (config or object).
     """
 
+    pair_aware = True
+
     def __init__(self, transform) -> None:
+        from ..pipeline_check import check_paired_geometric_inner
         self.transform_cfg = copy.deepcopy(transform)
         self.inner = TRANSFORMS.build(transform) if isinstance(
             transform, dict) else transform
+        check_paired_geometric_inner(self.inner)
 
     def transform(self, results: dict) -> Optional[dict]:
         """Apply the inner transform identically to ``img`` and ``ir_img``."""

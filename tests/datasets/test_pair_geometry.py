@@ -1,0 +1,291 @@
+"""Geometry is tracked per modality: a geometric (or mix) transform acting on
+one modality only is refused when the dataset is built, at run time as the
+backstop, and by PackPairedDetInputs; a healthy pipeline is unchanged,
+pixel for pixel and draw for draw."""
+import copy
+import os.path as osp
+import random
+
+import numpy as np
+import pytest
+import torch
+from mmcv.transforms import BaseTransform, Compose
+from mmengine.config import Config
+
+import mmsafe  # noqa: F401  (registers)
+from mmdet.registry import DATASETS, TRANSFORMS
+from mmsafe.datasets.pipeline_check import (UnpairedTransformError,
+                                            config_pipeline_problems)
+from mmsafe.datasets.transforms import PairedCompose, PairGeometryError
+from tests.datasets.test_paired_transforms import (H, W, alignment_errors,
+                                                   paired_results)
+from tests.utils import REPO_ROOT
+
+DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
+SYNTHETIC = dict(num_train=8, num_test=4, img_size=(96, 80), seed=0)
+
+
+@pytest.fixture(scope='module')
+def demo_root(tmp_path_factory):
+    from mmsafe.datasets.synthetic_llvip import ensure_synthetic_llvip
+    root = str(tmp_path_factory.mktemp('demo') / 'llvip') + '/'
+    ensure_synthetic_llvip(root, **SYNTHETIC)
+    return root
+
+
+def demo_train_dataset_cfg(root, step=None):
+    """The demo's train dataset config on a small tree; ``step`` replaces
+    its PairedRandomFlip (pipeline[3])."""
+    cfg = Config.fromfile(DEMO)
+    ds = copy.deepcopy(cfg.train_dataloader.dataset)
+    ds.data_root = root
+    ds.synthetic = None
+    if step is not None:
+        assert ds.pipeline[3]['type'] == 'PairedRandomFlip'
+        ds.pipeline[3] = step
+    return ds
+
+
+# ------------------------------------------------------ the issue's faults
+FAULTS = [
+    (dict(type='RandomFlip', prob=0.5), 'PairedRandomFlip'),
+    (dict(type='ModalityTransform', modality='visible',
+          transform=dict(type='RandomFlip', prob=1.0)), 'PairedRandomFlip'),
+    (dict(type='Resize', scale=(64, 48), keep_ratio=True), 'PairedResize'),
+    (dict(type='RandomCrop', crop_size=(40, 40)), 'PairedRandomCrop'),
+    (dict(type='RandomAffine'), 'PairedGeometric'),
+    (dict(type='Pad', size_divisor=32), 'PairedPad'),
+    (dict(type='ModalityTransform', modality='infrared',
+          transform=dict(type='Expand', mean=(0, 0, 0))), 'PairedGeometric'),
+    (dict(type='RandomApply', transforms=[dict(type='RandomShift')]),
+     'PairedGeometric'),
+]
+
+
+@pytest.mark.parametrize('step,fix', FAULTS,
+                         ids=[f"{s['type']}-{i}" for i, (s, _) in
+                              enumerate(FAULTS)])
+def test_one_modality_geometry_refused_at_dataset_build(demo_root, step,
+                                                        fix):
+    """Built through the demo config as training builds it: refused before
+    any sample is loaded, naming the transform and the paired fix."""
+    cfg = demo_train_dataset_cfg(demo_root, step)
+    with pytest.raises(ValueError) as info:
+        DATASETS.build(cfg)
+    message = str(info.value)
+    # ModalityTransform refuses when it is built (before the dataset's
+    # check, which would name the position)
+    where = 'ModalityTransform' if step['type'] == 'ModalityTransform' \
+        else 'pipeline[3]'
+    assert where in message and fix in message, message
+    assert 'line up' in message, message
+    # the same from the config alone (preflight, check_dataset)
+    problems = config_pipeline_problems(cfg, 'train_dataloader.dataset')
+    assert len(problems) == 1 and fix in problems[0], problems
+    assert 'train_dataloader.dataset.pipeline[3]' in problems[0]
+
+
+MIX = [
+    dict(type='Mosaic', img_scale=(96, 80)),
+    dict(type='MixUp', img_scale=(96, 80)),
+    dict(type='CachedMosaic', img_scale=(96, 80)),
+    dict(type='CachedMixUp', img_scale=(96, 80)),
+    dict(type='CopyPaste'),
+]
+
+
+@pytest.mark.parametrize('mix', MIX, ids=[m['type'] for m in MIX])
+def test_mix_transforms_refused(demo_root, mix):
+    for step in (mix, dict(type='PairedGeometric', transform=mix),
+                 dict(type='ModalityTransform', modality='visible',
+                      transform=mix)):
+        with pytest.raises(ValueError, match='mix'):
+            DATASETS.build(demo_train_dataset_cfg(demo_root, step))
+
+
+def test_mix_transform_in_a_wrapper_is_found_from_the_config(demo_root):
+    """MultiImageMixDataset's own pipeline mixes the paired samples: the
+    static check looks into the wrapper's pipeline."""
+    inner = demo_train_dataset_cfg(demo_root)
+    inner.pipeline = inner.pipeline[:2]
+    wrapper = dict(type='MultiImageMixDataset', dataset=inner, pipeline=[
+        dict(type='Mosaic', img_scale=(96, 80)),
+        dict(type='PairedRandomFlip', prob=0.5),
+        dict(type='PackPairedDetInputs')])
+    problems = config_pipeline_problems(wrapper, 'train_dataloader.dataset')
+    assert len(problems) == 1, problems
+    assert 'train_dataloader.dataset.pipeline[0] Mosaic' in problems[0]
+    assert 'no paired version of mix transforms' in problems[0]
+
+
+def test_photometric_on_one_modality_stays_allowed(demo_root):
+    step = dict(type='ModalityTransform', modality='visible',
+                transform=dict(type='PhotoMetricDistortion'))
+    ds = DATASETS.build(demo_train_dataset_cfg(demo_root, step))
+    np.random.seed(0)
+    out = ds[0]
+    assert out['inputs']['visible'].shape == out['inputs']['infrared'].shape
+    assert config_pipeline_problems(demo_train_dataset_cfg(
+        demo_root, step)) == []
+
+
+# ------------------------------------------------------- run-time backstop
+@TRANSFORMS.register_module(force=True)
+class VisibleOnlyFlip(BaseTransform):
+    """A user's transform that flips ``img`` (and boxes) and records
+    nothing: no static check can know it is geometric."""
+
+    def transform(self, results):
+        results['img'] = results['img'][:, ::-1].copy()
+        return results
+
+
+@TRANSFORMS.register_module(force=True)
+class VisibleOnlyCrop(BaseTransform):
+
+    def transform(self, results):
+        results['img'] = results['img'][4:, 4:].copy()
+        results['img_shape'] = results['img'].shape[:2]
+        return results
+
+
+@TRANSFORMS.register_module(force=True)
+class BothFlip(BaseTransform):
+    """A user's own paired transform: moves both images alike."""
+
+    def transform(self, results):
+        results['img'] = results['img'][:, ::-1].copy()
+        results['ir_img'] = results['ir_img'][:, ::-1].copy()
+        w = results['img'].shape[1]
+        results['gt_bboxes'].flip_(results['img'].shape[:2])
+        mat = np.array([[-1, 0, w], [0, 1, 0], [0, 0, 1]], np.float32)
+        results['homography_matrix'] = mat @ results.get(
+            'homography_matrix', np.eye(3, dtype=np.float32))
+        return results
+
+
+@pytest.mark.parametrize('step,what', [
+    (dict(type='VisibleOnlyFlip'), 'flipped (horizontal)'),
+    (dict(type='VisibleOnlyCrop'), 'size'),
+    (dict(type='mmdet.RandomFlip', prob=1.0), 'homography_matrix'),
+])
+def test_unknown_one_modality_step_refused_at_run_time(demo_root, step,
+                                                       what):
+    """The static check cannot know a user's transform: the pipeline sees
+    what the step did to each image and refuses it, naming the step."""
+    cfg = demo_train_dataset_cfg(demo_root, step)
+    if step['type'] == 'mmdet.RandomFlip':
+        # reach the run-time check past the static one
+        ds = DATASETS.build(demo_train_dataset_cfg(demo_root))
+        ds.pipeline = PairedCompose(
+            ds.pipeline.transforms[:3] +
+            [TRANSFORMS.build(dict(type='RandomFlip', prob=1.0))] +
+            ds.pipeline.transforms[4:], owner='test')
+    else:
+        ds = DATASETS.build(cfg)
+    with pytest.raises(PairGeometryError) as info:
+        ds.prepare_data(0)
+    message = str(info.value)
+    assert 'pipeline[3]' in message and what in message, message
+    assert 'visible=' in message and 'infrared=' in message
+    assert 'PairedGeometric' in message or 'PairedRandomFlip' in message
+
+
+def test_users_paired_transform_passes_and_is_recorded(demo_root):
+    ds = DATASETS.build(demo_train_dataset_cfg(demo_root,
+                                               dict(type='BothFlip')))
+    ds.pipeline.transforms[-1] = lambda r: r  # keep the results dict
+    out = ds.prepare_data(1)
+    assert ('BothFlip', 'both') in out['pair_geometry_log']
+    np.testing.assert_allclose(out['homography_matrix'],
+                               out['ir_homography_matrix'], atol=1e-5)
+
+
+def test_pack_refuses_diverged_geometry_naming_the_step():
+    """A pipeline not run by PairedCompose (plain mmcv Compose): the
+    recorded geometries still differ and PackPairedDetInputs says where."""
+    pipeline = Compose([TRANSFORMS.build(c) for c in [
+        dict(type='PairedResize', scale=(80, 60), keep_ratio=True),
+        dict(type='RandomFlip', prob=1.0),
+        dict(type='PackPairedDetInputs')]])
+    with pytest.raises(ValueError) as info:
+        pipeline(paired_results())
+    message = str(info.value)
+    assert 'geometry' in message and 'after PairedResize' in message, message
+    assert 'infrared=' in message or 'infrared/x.png' in message
+
+
+# ----------------------------------------------------------- randomness
+class TorchFlip:
+    """A geometric transform whose draw comes from torch's RNG."""
+
+    def __call__(self, results):
+        if float(torch.rand(1)) < 0.5:
+            results['img'] = results['img'][:, ::-1].copy()
+            results['gt_bboxes'].flip_(results['img'].shape[:2])
+        return results
+
+
+class OwnGeneratorFlip(TorchFlip):
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+
+
+def test_torch_randomness_is_paired():
+    transform = TRANSFORMS.build(dict(type='PairedGeometric',
+                                      transform=TorchFlip()))
+    outcomes = set()
+    for seed in range(10):
+        torch.manual_seed(seed)
+        res = paired_results(seed)
+        before = res['img'].copy()
+        out = transform(res)
+        assert alignment_errors(out) == [], seed
+        outcomes.add(np.array_equal(out['img'], before))
+    assert outcomes == {True, False}
+
+
+def test_own_generator_refused():
+    with pytest.raises(ValueError, match=r"\['rng'\].*own random"):
+        TRANSFORMS.build(dict(type='PairedGeometric',
+                              transform=OwnGeneratorFlip()))
+
+
+# --------------------------------------------------------------- healthy
+def test_healthy_demo_pipeline_is_bit_identical_to_plain_compose(
+        demo_root):
+    """The bookkeeping changes no pixel, box or random draw: the paired
+    dataset's pipeline and a plain MMEngine Compose of the same transforms
+    give identical samples and leave the same random state."""
+    ds = DATASETS.build(demo_train_dataset_cfg(demo_root))
+    assert isinstance(ds.pipeline, PairedCompose)
+    plain = Compose(ds.pipeline.transforms)
+    for idx in range(len(ds)):
+        outs, states = [], []
+        for pipeline in (ds.pipeline, plain):
+            random.seed(idx)
+            np.random.seed(idx)
+            torch.manual_seed(idx)
+            outs.append(pipeline(ds.get_data_info(idx)))
+            states.append((random.random(), np.random.rand(),
+                           float(torch.rand(1))))
+        a, b = outs
+        for key in ('visible', 'infrared'):
+            assert torch.equal(a['inputs'][key], b['inputs'][key])
+        assert torch.equal(a['data_samples'].gt_instances.bboxes.tensor,
+                           b['data_samples'].gt_instances.bboxes.tensor)
+        assert a['data_samples'].metainfo.keys() == \
+            b['data_samples'].metainfo.keys()
+        assert states[0] == states[1]
+    assert ds.pipeline.transforms[3].__class__.__name__ == 'PairedRandomFlip'
+
+
+def test_flip_geometry_recorded_for_both_modalities():
+    flip = TRANSFORMS.build(dict(type='PairedRandomFlip', prob=1.0))
+    out = flip(paired_results())
+    expected = np.array([[-1, 0, W], [0, 1, 0], [0, 0, 1]], np.float64)
+    np.testing.assert_allclose(out['homography_matrix'], expected)
+    np.testing.assert_allclose(out['ir_homography_matrix'], expected)
+    assert out['pair_geometry_log'] == [('PairedRandomFlip', 'both')]
+    assert H == out['img'].shape[0]
