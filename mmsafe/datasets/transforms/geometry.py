@@ -84,7 +84,10 @@ def record_step(results: dict, name: str, before: np.ndarray) -> None:
     if not moved and INFRARED_KEY not in results and \
             VISIBLE_KEY not in results:
         return
-    step = after @ np.linalg.inv(before)
+    try:
+        step = after @ np.linalg.inv(before)
+    except np.linalg.LinAlgError:  # a degenerate earlier step (scale 0)
+        step = after @ np.linalg.pinv(before)
     results[INFRARED_KEY] = step @ infrared_geometry(results)
     if moved:
         log_step(results, name, BOTH)
