@@ -35,6 +35,8 @@ _MIX = {
     'mmdet.datasets.transforms': ('Mosaic', 'MixUp', 'CachedMosaic',
                                   'CachedMixUp', 'CopyPaste'),
 }
+#: mix transforms that PairedGeometric pairs (stateless, global randomness)
+_PAIRABLE_MIX = {'mmdet.datasets.transforms': ('Mosaic', 'MixUp')}
 #: wrappers whose ``transforms`` are looked into
 _WRAPPERS = {'mmcv.transforms': ('Compose', 'RandomChoice', 'RandomApply')}
 #: transforms whose randomness is a library's own (cannot be rewound)
@@ -50,11 +52,12 @@ PAIRED_ALTERNATIVE = {
     'Pad': 'PairedPad',
 }
 MIX_ADVICE = (
-    'mmsafe has no paired version of mix transforms (the infrared partners '
-    'of the mixed-in samples would not be mixed): remove it, and use '
-    'PairedRandomResize + PairedRandomCrop + PairedRandomFlip (or '
-    "PairedGeometric(transform=dict(type='RandomAffine', ...))) for scale "
-    'and placement augmentation')
+    'the infrared partners of the mixed-in samples would not be mixed. '
+    "Mosaic and MixUp work on pairs as dict(type='PairedGeometric', "
+    "transform=dict(type='Mosaic', ...)) in MultiImageMixDataset's pipeline; "
+    'CachedMosaic, CachedMixUp and CopyPaste have no paired version (their '
+    'cache / masks): use PairedGeometric(Mosaic / MixUp), or '
+    'PairedRandomResize + PairedRandomCrop + PairedRandomFlip')
 
 
 class UnpairedTransformError(ValueError):
@@ -78,6 +81,11 @@ def geometric_classes() -> Tuple[type, ...]:
 def mix_classes() -> Tuple[type, ...]:
     """MMDetection transform classes that mix several samples."""
     return _classes(_MIX)
+
+
+def pairable_mix_classes() -> Tuple[type, ...]:
+    """Mix transforms that :class:`PairedGeometric` applies to pairs."""
+    return _classes(_PAIRABLE_MIX)
 
 
 def _resolve(transform: Any) -> Tuple[Optional[type], str]:
@@ -184,8 +192,10 @@ def modality_inner_problem(inner: Any, modality: str) -> Optional[str]:
 def paired_geometric_inner_problem(inner: Any) -> Optional[str]:
     """Why ``PairedGeometric(inner)`` is refused, or None."""
     cls, name = _resolve(inner)
-    if cls is not None and issubclass(cls, mix_classes()):
-        return f'PairedGeometric({name}): {name} mixes samples; {MIX_ADVICE}.'
+    if cls is not None and issubclass(cls, mix_classes()) and \
+            cls not in pairable_mix_classes():
+        return (f'PairedGeometric({name}): {name} mixes samples and keeps a '
+                f'cache or needs masks: it cannot be paired; {MIX_ADVICE}.')
     if name in _OWN_RANDOMNESS:
         return (f'PairedGeometric({name}): {name} draws from its library\'s '
                 'own random generator, which cannot be rewound to give the '

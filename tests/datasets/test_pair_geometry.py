@@ -95,12 +95,90 @@ MIX = [
 
 
 @pytest.mark.parametrize('mix', MIX, ids=[m['type'] for m in MIX])
-def test_mix_transforms_refused(demo_root, mix):
-    for step in (mix, dict(type='PairedGeometric', transform=mix),
-                 dict(type='ModalityTransform', modality='visible',
-                      transform=mix)):
-        with pytest.raises(ValueError, match='mix'):
+def test_mix_transforms_on_one_modality_refused(demo_root, mix):
+    steps = [mix, dict(type='ModalityTransform', modality='visible',
+                       transform=mix)]
+    if mix['type'] not in ('Mosaic', 'MixUp'):  # no paired version
+        steps.append(dict(type='PairedGeometric', transform=mix))
+    for step in steps:
+        with pytest.raises(ValueError, match='mix') as info:
             DATASETS.build(demo_train_dataset_cfg(demo_root, step))
+        assert "transform=dict(type='Mosaic'" in str(info.value)
+
+
+def mix_tree(root, num=6, size=(64, 48)):
+    """LLVIP tree whose infrared image is exactly the grey visible image
+    (png): wherever the pair lines up, infrared == grey(visible)."""
+    import cv2
+    from tests.datasets.tree import write_img
+    rng = np.random.default_rng(0)
+    specs = {}
+    for i in range(num):
+        stem = f'{i + 1:06d}'
+        vis = cv2.GaussianBlur(
+            rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8),
+            (0, 0), 1.5)
+        grey = cv2.cvtColor(vis, cv2.COLOR_BGR2GRAY)
+        write_img(osp.join(root, 'visible/train', stem + '.png'), vis)
+        write_img(osp.join(root, 'infrared/train', stem + '.png'),
+                  cv2.cvtColor(grey, cv2.COLOR_GRAY2BGR))
+        specs[stem] = size
+    import os
+    os.makedirs(osp.join(root, 'Annotations'), exist_ok=True)
+    from tests.datasets.tree import voc_xml
+    for stem, (w, h) in specs.items():
+        with open(osp.join(root, 'Annotations', stem + '.xml'), 'w') as f:
+            f.write(voc_xml(stem + '.png', w, h,
+                            [('person', (10, 8, 40, 40), 0)]))
+    return root
+
+
+@pytest.mark.parametrize('mix', [
+    dict(type='Mosaic', img_scale=(64, 48), prob=1.0),
+    dict(type='MixUp', img_scale=(64, 48), ratio_range=(0.8, 1.6),
+         pad_val=114.0),
+], ids=['Mosaic', 'MixUp'])
+def test_paired_mosaic_and_mixup_mix_the_partners(tmp_path, mix):
+    """PairedGeometric(Mosaic / MixUp) in MultiImageMixDataset: the
+    infrared tiles come from the same partners with the same placement;
+    the plain transform leaves the infrared image unmixed (the fault)."""
+    import cv2
+    root = mix_tree(str(tmp_path / 'llvip'))
+
+    def build(step):
+        return DATASETS.build(dict(
+            type='MultiImageMixDataset',
+            dataset=dict(
+                type='LLVIPDataset', data_root=root + '/',
+                data_prefix=dict(img='visible/train/', ann='Annotations/'),
+                img_suffixes=('.png', ), filter_cfg=None,
+                pipeline=[dict(type='LoadPairedImageFromFile'),
+                          dict(type='LoadAnnotations', with_bbox=True)]),
+            pipeline=[step]))
+
+    def mismatch(out):
+        grey = cv2.cvtColor(out['img'], cv2.COLOR_BGR2GRAY).astype(int)
+        return np.abs(grey - out['ir_img'][..., 0].astype(int)).max()
+
+    paired = build(dict(type='PairedGeometric', transform=mix))
+    plain = build(mix)
+    mixed = 0
+    for idx in range(6):
+        random.seed(idx)
+        np.random.seed(idx)
+        out = paired[idx]
+        assert out['img'].shape[:2] == out['ir_img'].shape[:2]
+        # grey of a mixed visible == the mixed infrared (up to rounding of
+        # the resize and the blend)
+        assert mismatch(out) <= 3, idx
+        random.seed(idx)
+        np.random.seed(idx)
+        bad = plain[idx]
+        if bad['img'].shape[:2] == bad['ir_img'].shape[:2]:
+            mixed += mismatch(bad) > 3
+        else:
+            mixed += 1
+    assert mixed > 0  # the plain transform really breaks the pair
 
 
 def test_mix_transform_in_a_wrapper_is_found_from_the_config(demo_root):
@@ -115,7 +193,11 @@ def test_mix_transform_in_a_wrapper_is_found_from_the_config(demo_root):
     problems = config_pipeline_problems(wrapper, 'train_dataloader.dataset')
     assert len(problems) == 1, problems
     assert 'train_dataloader.dataset.pipeline[0] Mosaic' in problems[0]
-    assert 'no paired version of mix transforms' in problems[0]
+    assert "dict(type='PairedGeometric', transform=dict(type='Mosaic'" in \
+        problems[0]
+    wrapper['pipeline'][0] = dict(type='PairedGeometric',
+                                  transform=wrapper['pipeline'][0])
+    assert config_pipeline_problems(wrapper) == []
 
 
 def test_photometric_on_one_modality_stays_allowed(demo_root):

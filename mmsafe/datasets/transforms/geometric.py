@@ -84,6 +84,12 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
         for k, v in results.items() if k not in _IMAGE_KEYS
     }
     ir_results['img'] = ir_img
+    if 'mix_results' in results:
+        # a mix transform (Mosaic, MixUp): the infrared run mixes the
+        # infrared images of the same partners
+        ir_results['mix_results'] = [
+            _infrared_view(m, name) for m in results['mix_results']
+        ]
     before = visible_geometry(results)
     py_state, np_state = random.getstate(), np.random.get_state()
     torch_state = torch.get_rng_state()
@@ -125,6 +131,21 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
     return out
 
 
+def _infrared_view(mixed: dict, name: str) -> dict:
+    """A mixed-in sample's results with its infrared image as ``img``."""
+    if 'ir_img' not in mixed:
+        raise KeyError(
+            f'{name}: a mixed-in sample ({mixed.get("img_path")}) has no '
+            '"ir_img": the dataset inside MultiImageMixDataset must load '
+            'pairs (LoadPairedImageFromFile).')
+    view = {
+        k: copy.deepcopy(v)
+        for k, v in mixed.items() if k not in _IMAGE_KEYS
+    }
+    view['img'] = mixed['ir_img']
+    return view
+
+
 class PairedGeometryMixin:
     """Mixin that makes a single-image geometric transform paired.
 
@@ -145,9 +166,21 @@ class PairedGeometric(BaseTransform):
     """Make any single-image geometric transform paired, e.g.
     ``dict(type='PairedGeometric', transform=dict(type='RandomAffine'))``.
 
-    Refused when it is built (:class:`UnpairedTransformError`): a mix
-    transform (``Mosaic``, ``MixUp``, ...: the infrared partners of the
-    mixed-in samples are not mixed) and a transform that draws from its
+    ``Mosaic`` and ``MixUp`` work on pairs this way inside MMDetection's
+    ``MultiImageMixDataset``: the infrared run mixes the infrared images
+    of the same mixed-in samples with the same draw (same tiles, same
+    placement)::
+
+        dict(type='MultiImageMixDataset', dataset=dict(type='LLVIPDataset',
+             ..., pipeline=[dict(type='LoadPairedImageFromFile'),
+                            dict(type='LoadAnnotations', with_bbox=True)]),
+             pipeline=[dict(type='PairedGeometric',
+                            transform=dict(type='Mosaic', img_scale=...)),
+                       ..., dict(type='PackPairedDetInputs')])
+
+    Refused when it is built (:class:`UnpairedTransformError`): the mix
+    transforms that keep their own cache or need masks (``CachedMosaic``,
+    ``CachedMixUp``, ``CopyPaste``) and a transform that draws from its
     own random generator (its draw cannot be repeated for infrared).
 
     Args:
@@ -167,6 +200,16 @@ class PairedGeometric(BaseTransform):
         """Apply the inner transform identically to ``img`` and ``ir_img``."""
         return apply_paired(self.inner, results,
                             f'PairedGeometric({type(self.inner).__name__})')
+
+    @property
+    def get_indexes(self):
+        """The inner mix transform's ``get_indexes`` (what
+        ``MultiImageMixDataset`` looks for); absent for other transforms."""
+        fn = getattr(self.inner, 'get_indexes', None)
+        if fn is None:
+            raise AttributeError(
+                f'{type(self.inner).__name__} has no get_indexes')
+        return fn
 
     def __repr__(self) -> str:
         return f'{self.__class__.__name__}({self.inner!r})'
