@@ -15,7 +15,8 @@ is flagged when:
   unmirrored placement (a flip on one modality, or a mirrored folder);
 * ``shifted``: a shifted placement matches clearly better than the
   unshifted one (a crop/shift on one modality, or a partner from another
-  frame or scene that happens to match elsewhere);
+  frame or scene that happens to match elsewhere).
+
 A single pair whose partner is from another frame often shows no match at
 all, but so does a registered pair with little common structure (an
 empty night scene). Unrelated partners are therefore judged over a group
@@ -26,10 +27,12 @@ mis-sorted infrared folder), and the pairs without a match are named.
 "Clearly" is a margin on the correlation (``margin``) and a ratio to the
 unshifted match (``ratio``), and a match needs ``min_corr``, so that a weak
 pair with little structure is not flagged by noise. The defaults leave all
-300 pairs of the synthetic demo unflagged and flag about 70% of them when
-the infrared images are mirrored or shifted by 10%. Used by ``tools/check_dataset.py`` (every pair, from
-the files) and ``FirstBatchStatsHook`` (the first batches, as the model
-receives them).
+400 pairs of the synthetic demo unflagged and flag about 70% of them when
+the infrared images are mirrored or shifted by 10%.
+
+Used by ``tools/check_dataset.py`` (every pair, as its pipeline outputs
+it) and ``FirstBatchStatsHook`` (the first pairs, as the model receives
+them).
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -60,6 +63,10 @@ def structure_map(img, width: int = 160) -> np.ndarray:
         np.ndarray: float32 ``h x width`` map.
     """
     img = _hwc(img)
+    # pipelines may hand over float images (to_float32); cv2 resizes
+    # float32, not float64
+    if img.dtype not in (np.uint8, np.float32):
+        img = img.astype(np.float32)
     if img.ndim == 3 and img.shape[2] == 1:
         img = img[..., 0]
     h, w = img.shape[:2]
@@ -114,8 +121,8 @@ def measure_alignment(visible,
 
     Returns:
         dict: ``verdict`` (``'aligned'``, ``'mirrored'``, ``'shifted'``),
-        ``matched`` (the unshifted placement reaches ``min_corr``), ``corr`` (unshifted), ``best_corr`` and
-        ``best_shift`` (``(dx, dy)`` in image pixels) of the unmirrored
+        ``matched`` (the unshifted placement reaches ``min_corr``),
+        ``corr`` (unshifted), ``best_corr`` and ``best_shift`` (``(dx, dy)`` in image pixels) of the unmirrored
         placements, ``mirrored_corr`` (best mirrored placement) and
         ``message`` (empty when aligned).
     """
