@@ -81,7 +81,8 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
     # change boxes in place (flip_, translate_)
     ir_results = {
         k: copy.deepcopy(v)
-        for k, v in results.items() if k not in _IMAGE_KEYS
+        for k, v in results.items()
+        if k not in _IMAGE_KEYS and k != 'mix_results'
     }
     ir_results['img'] = ir_img
     if 'mix_results' in results:
