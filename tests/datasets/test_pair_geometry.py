@@ -59,6 +59,9 @@ FAULTS = [
           transform=dict(type='Expand', mean=(0, 0, 0))), 'PairedGeometric'),
     (dict(type='RandomApply', transforms=[dict(type='RandomShift')]),
      'PairedGeometric'),
+    (dict(type='RandomChoice', transforms=[
+        [dict(type='PhotoMetricDistortion')],
+        [dict(type='RandomFlip', prob=1.0)]]), 'PairedGeometric'),
 ]
 
 
@@ -160,6 +163,14 @@ def test_paired_mosaic_and_mixup_mix_the_partners(tmp_path, mix):
         grey = cv2.cvtColor(out['img'], cv2.COLOR_BGR2GRAY).astype(int)
         return np.abs(grey - out['ir_img'][..., 0].astype(int)).max()
 
+    if mix['type'] == 'Mosaic':
+        # the plain Mosaic changes the visible size only: packing refuses
+        packed = build(mix)
+        packed.pipeline.append(TRANSFORMS.build(
+            dict(type='PackPairedDetInputs')))
+        packed.pipeline_types.append('PackPairedDetInputs')
+        with pytest.raises(ValueError, match='differ in size'):
+            packed[0]
     paired = build(dict(type='PairedGeometric', transform=mix))
     plain = build(mix)
     mixed = 0
@@ -371,3 +382,10 @@ def test_flip_geometry_recorded_for_both_modalities():
     np.testing.assert_allclose(out['ir_homography_matrix'], expected)
     assert out['pair_geometry_log'] == [('PairedRandomFlip', 'both')]
     assert H == out['img'].shape[0]
+
+
+def test_albu_in_paired_geometric_is_refused_from_the_config():
+    from mmsafe.datasets.pipeline_check import pipeline_problems
+    problems = pipeline_problems([dict(
+        type='PairedGeometric', transform=dict(type='Albu', transforms=[]))])
+    assert len(problems) == 1 and "library's own random" in problems[0]
