@@ -55,6 +55,9 @@ def parse_args(argv=None):
                         'without valid instances)')
     parser.add_argument('--no-progress', action='store_true',
                         help='no progress bar')
+    # pairing: image-content alignment of every pair
+    parser.add_argument('--no-alignment', action='store_true',
+                        help='skip the visible/infrared alignment measure')
     return parser.parse_args(argv)
 
 
@@ -77,11 +80,13 @@ def main(argv=None) -> int:
         print_log(f'[mmsafe] check_dataset: {exc}', logger='current',
                   level=logging.ERROR)
         return 2
+    # pairing: transforms acting on one modality, from the config alone
+    static = dc.static_findings(cfg, args.split)
     try:
         dataset, findings = dc.build_dataset(cfg, args.split)
     except Exception as exc:  # noqa: BLE001 - reported, exit code 2
-        report = dc.build_failure_report(
-            exc, dc.dataset_config(cfg, args.split))
+        report = dc.add_findings(dc.build_failure_report(
+            exc, dc.dataset_config(cfg, args.split)), static)
         dataset = None
     if dataset is not None:
         report = dc.audit(
@@ -93,7 +98,8 @@ def main(argv=None) -> int:
             limit=args.limit,
             progress=not args.no_progress,
             seed=args.seed,
-            findings=findings)
+            findings=static + findings,
+            alignment=not args.no_alignment)
     report.update(config=args.config, split=args.split)
     if dataset is None:
         code = 2

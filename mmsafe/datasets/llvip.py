@@ -14,6 +14,8 @@ from mmsafe.events import log
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side)
 from .synthetic_llvip import ensure_synthetic_llvip
+from .pipeline_check import assert_paired_pipeline
+from .transforms import paired_pipeline
 
 DEFAULT_PREFIX = dict(
     img='visible/train/', ir_img='infrared/train/', ann='Annotations/')
@@ -41,7 +43,10 @@ class LLVIPDataset(BaseDetDataset):
     xyxy, ``bbox_label``, ``ignore_flag``; VOC ``difficult`` -> ignored).
     A sample whose partner is missing is an error at build time (the count
     and the first files are named) unless ``on_missing_pair='skip'``, which
-    drops it and logs how many were dropped.
+    drops it and logs how many were dropped. A pipeline with a geometric or
+    mix transform acting on one modality only is refused at build time too
+    (:mod:`mmsafe.datasets.pipeline_check`), and every step is watched at
+    run time (:class:`~mmsafe.datasets.transforms.PairedCompose`).
 
     Args:
         ann_file (str): optional ImageSets file, one stem (or file name) per
@@ -104,7 +109,16 @@ class LLVIPDataset(BaseDetDataset):
             if not data_root:
                 raise ValueError('LLVIPDataset(synthetic=...) needs data_root')
             ensure_synthetic_llvip(data_root, **synthetic)
+        if return_modality_pair:
+            # before the annotations are read: a broken pipeline fails fast
+            assert_paired_pipeline(kwargs.get('pipeline') or [],
+                                   f'LLVIPDataset({prefix["img"]})')
         super().__init__(*args, data_prefix=prefix, **kwargs)
+        if return_modality_pair:
+            # a geometric transform on one modality is refused here, and
+            # each sample's steps are watched (PairedCompose)
+            self.pipeline = paired_pipeline(
+                self.pipeline, f'LLVIPDataset({self.data_prefix["img"]})')
 
     def _image_names(self) -> List[str]:
         """File names of the visible images, from ImageSets or the folder."""

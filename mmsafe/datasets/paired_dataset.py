@@ -12,6 +12,8 @@ from mmengine.dataset import BaseDataset, Compose
 from mmengine.fileio import exists, get_local_path
 
 from mmdet.registry import DATASETS
+from .pipeline_check import assert_paired_pipeline
+from .transforms import paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side)
 
@@ -119,6 +121,9 @@ class PairedModalityDataset:
     Partners are found and checked when the dataset is built: a missing
     partner is an error naming the count and the first files, or with
     ``on_missing_pair='skip'`` the sample is dropped and the count logged.
+    A pipeline with a geometric or mix transform acting on one modality
+    only is refused when it is built, and every step is watched at run
+    time (:class:`~mmsafe.datasets.transforms.PairedCompose`).
 
     Args:
         dataset (dict | BaseDataset): the visible dataset (config or object).
@@ -140,6 +145,9 @@ class PairedModalityDataset:
                  on_missing_pair: str = 'error',
                  lazy_init: bool = False,
                  max_refetch: int = 1000) -> None:
+        if pipeline:
+            # before the inner dataset reads its annotations
+            assert_paired_pipeline(list(pipeline), 'PairedModalityDataset')
         if isinstance(dataset, dict):
             dataset = DATASETS.build(dataset)
         self.dataset = dataset
@@ -152,8 +160,10 @@ class PairedModalityDataset:
                 'PairedModalityDataset: give the pipeline either to the '
                 'wrapper or to the inner dataset, not both (the inner one '
                 'would run a second time).')
-        self.pipeline = Compose(list(pipeline)) if pipeline else (
-            inner_pipeline or Compose([]))
+        self.pipeline = paired_pipeline(
+            Compose(list(pipeline)) if pipeline else
+            (inner_pipeline or Compose([])),
+            f'PairedModalityDataset({type(dataset).__name__})')
         self.test_mode = getattr(dataset, 'test_mode', False)
         self.max_refetch = max_refetch
         self._fully_initialized = False

@@ -13,6 +13,7 @@ from .checks.dataloader_args import check_dataloader_args
 from .checks.distributed import check_distributed
 from .checks.guards import check_guards
 from .checks.model_build import check_model_build
+from .checks.paired_pipeline import check_paired_pipeline
 from .checks.registry_types import check_registry_types
 from .checks.vis_backends import check_vis_backends
 from .checks.work_dir import check_work_dir
@@ -28,6 +29,7 @@ CHECKS: List[Tuple[str, CheckFn]] = [
     ('registry', check_registry_types),
     ('model', check_model_build),
     ('data', check_data_files),
+    ('pairing', check_paired_pipeline),
     ('dataloader', check_dataloader_args),
     ('batch', check_batch_size),
     ('amp', check_amp),

@@ -34,6 +34,8 @@ WARNING = 'warning'
 # kind -> (severity, what it means). The order is the order of the summary.
 CHECKS = OrderedDict([
     ('dataset_build', (ERROR, 'the dataset could not be built')),
+    ('unpaired_transform', (ERROR, 'a geometric or mix transform acts on '
+                            'one modality only (pipeline config)')),
     ('missing_image', (ERROR, 'visible image file does not exist')),
     ('missing_partner', (ERROR, 'infrared partner image does not exist')),
     ('no_partner_path', (ERROR, 'sample has no ir_img_path (single-modality '
@@ -55,6 +57,12 @@ CHECKS = OrderedDict([
     ('no_valid_instances', (WARNING, 'no valid instances after the pipeline '
                             '(an empty batch under DDP; see '
                             'ValidInstanceResampleDataset)')),
+    ('pair_mirrored', (ERROR, 'infrared matches its visible partner only '
+                       'mirrored (image content)')),
+    ('pair_shifted', (ERROR, 'infrared matches its visible partner only '
+                      'shifted (image content)')),
+    ('pair_unrelated', (ERROR, 'infrared shares no structure with its '
+                        'partner, nor do most pairs (other frames)')),
 ])
 
 
@@ -296,7 +304,9 @@ class PairAuditDataset(Dataset):
                  dataset,
                  show_indices: Sequence[int] = (),
                  show_dir: Optional[str] = None,
-                 box_tolerance: float = 1.0) -> None:
+                 box_tolerance: float = 1.0,
+                 alignment: bool = True) -> None:
+        self.alignment = alignment
         self.dataset = dataset
         self.show_indices = frozenset(show_indices)
         self.show_dir = show_dir
@@ -347,11 +357,27 @@ class PairAuditDataset(Dataset):
                               bool(getattr(owner, 'test_mode', False)))
         record['issues'] += packed.pop('issues')
         record.update(packed)
+        if self.alignment and result is not None:
+            from .pair_alignment import audit_alignment
+            record['alignment'], found = audit_alignment(_unpack(result)[0])
+            record['issues'] += [issue(kind, message, 'alignment')
+                                 for kind, message in found]
         if idx in self.show_indices and self.show_dir and result is not None:
             record['shown'] = self._show(idx, result, record)
         return record
 
-    def _show(self, idx: int, result: dict, record: dict) -> Optional[str]:
+    def show_again(self, idx: int, record: dict,
+                   prefix: str = '') -> Optional[str]:
+        """Run sample ``idx`` through the pipeline again and draw it."""
+        owner, local = resolve_sample(self.dataset, idx)
+        result = owner.prepare_data(local) if hasattr(
+            owner, 'prepare_data') else owner[local]
+        if result is None:
+            return None
+        return self._show(idx, result, record, prefix)
+
+    def _show(self, idx: int, result: dict, record: dict,
+              prefix: str = '') -> Optional[str]:
         import cv2
         from .pair_vis import draw_pair
         mods, sample = _unpack(result)
@@ -366,7 +392,7 @@ class PairAuditDataset(Dataset):
             getattr(gt, 'bboxes', None), getattr(gt, 'labels', None),
             self.class_names, getattr(ignored, 'bboxes', None),
             title=f'#{idx} {stem} ' + ' '.join(kinds))
-        path = osp.join(self.show_dir, f'{idx:06d}_{stem}.png')
+        path = osp.join(self.show_dir, f'{prefix}{idx:06d}_{stem}.png')
         if not cv2.imwrite(path, canvas):
             raise OSError(f'could not write {path}')
         return path
@@ -393,7 +419,8 @@ def audit(dataset,
           progress: bool = True,
           seed: int = 0,
           findings: Sequence[dict] = (),
-          multiprocessing_context: Optional[str] = None) -> dict:
+          multiprocessing_context: Optional[str] = None,
+          alignment: bool = True) -> dict:
     """Walk ``dataset`` through its pipeline and collect every finding.
 
     Args:
@@ -409,6 +436,10 @@ def audit(dataset,
             walk (see :func:`build_dataset`).
         multiprocessing_context (str, optional): worker start method
             (``'spawn'``, ``'fork'``); the platform default when None.
+        alignment (bool): measure the image-content alignment of every
+            pair (see :mod:`.pair_alignment`); with ``show_dir``, the
+            flagged pairs (up to ``max(show, 20)``) are drawn as
+            ``misaligned_*.png``.
 
     Returns:
         dict: the report (see :func:`summarize`).
@@ -417,7 +448,7 @@ def audit(dataset,
     if show_dir:
         os.makedirs(show_dir, exist_ok=True)
     audit_ds = PairAuditDataset(dataset, range(min(show, n)), show_dir,
-                                box_tolerance)
+                                box_tolerance, alignment)
     generator = torch.Generator()
     generator.manual_seed(seed)
     loader = DataLoader(
@@ -448,6 +479,15 @@ def audit(dataset,
     elapsed = time.perf_counter() - start
     if bar is not None:
         bar.close()
+    if alignment:
+        from .pair_alignment import add_unrelated_findings, flagged_records
+        add_unrelated_findings(records, issue)
+        if show_dir:
+            for record in flagged_records(records)[:max(show, 20)]:
+                shown = audit_ds.show_again(record['index'], record,
+                                            prefix='misaligned_')
+                if shown:
+                    record['shown'] = shown
     return summarize(records, elapsed, workers, dataset, findings)
 
 
@@ -652,3 +692,30 @@ def leaf_datasets(dataset) -> list:
         return leaf_datasets(inner) + (
             [dataset] if hasattr(dataset, 'data_prefix') else [])
     return [dataset]
+
+
+# ------------------------------------------------------ pairing (static)
+def static_findings(cfg, split: str) -> List[dict]:
+    """Findings from the split's dataset config alone: transforms that
+    would move or mix one modality only (see
+    :mod:`mmsafe.datasets.pipeline_check`)."""
+    from mmengine.registry import init_default_scope
+    from mmsafe.datasets.pipeline_check import config_pipeline_problems
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    problems = config_pipeline_problems(dataset_config(cfg, split),
+                                        f'{split}_dataloader.dataset')
+    return [dict(index=None, img_path=None, ir_img_path=None,
+                 **issue('unpaired_transform', p, 'config'))
+            for p in problems]
+
+
+def add_findings(report: dict, findings: Sequence[dict]) -> dict:
+    """Add dataset-level findings to a report (e.g. a build failure's)."""
+    for found in findings:
+        report['issues'].insert(0, dict(found))
+        entry = report['summary'].setdefault(found['kind'], dict(
+            severity=found['severity'], findings=0,
+            meaning=CHECKS[found['kind']][1]))
+        entry['findings'] += 1
+        report['errors' if found['severity'] == ERROR else 'warnings'] += 1
+    return report

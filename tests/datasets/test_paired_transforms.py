@@ -232,10 +232,26 @@ def test_photometric_both_draws_independently():
 
 
 def test_geometric_inside_modality_transform_is_refused():
+    with pytest.raises(ValueError, match='PairedGeometric'):
+        TRANSFORMS.build(
+            dict(type='ModalityTransform', modality='infrared',
+                 transform=dict(type='Resize', scale=(50, 50))))
+
+
+class _HiddenFlip:
+    """Geometric, but no static check can tell: flips and records
+    nothing."""
+
+    def __call__(self, results):
+        results['img'] = results['img'][::-1].copy()
+        return results
+
+
+def test_hidden_geometry_inside_modality_transform_is_refused():
     transform = TRANSFORMS.build(
         dict(type='ModalityTransform', modality='infrared',
-             transform=dict(type='Resize', scale=(50, 50))))
-    with pytest.raises(RuntimeError, match='PairedGeometric'):
+             transform=_HiddenFlip()))
+    with pytest.raises(RuntimeError, match='flipped .vertical.'):
         transform(paired_results())
 
 

@@ -18,7 +18,8 @@ from mmengine.runner import Runner
 
 from mmdet.registry import MODELS
 from mmsafe.events import read_events
-from tests.tools.check_dataset_toys import write_llvip_tree
+from tests.tools.check_dataset_toys import (synthetic_demo_tree,
+                                            write_llvip_tree)
 
 
 @MODELS.register_module(force=True)
@@ -45,7 +46,8 @@ PIPELINE = [
 ]
 
 
-def _run(tmp_path, data_root, preprocessor=None, hook=None, iters=2):
+def _run(tmp_path, data_root, preprocessor=None, hook=None, iters=2,
+         pipeline=None):
     name = f'fbs_{uuid.uuid4().hex[:8]}'
     pre = dict(type='PairedDetDataPreprocessor', pad_size_divisor=32)
     pre.update(preprocessor or {})
@@ -63,7 +65,7 @@ def _run(tmp_path, data_root, preprocessor=None, hook=None, iters=2):
                 data_root=data_root,
                 data_prefix=dict(img='visible/train/', ann='Annotations/'),
                 filter_cfg=None,
-                pipeline=PIPELINE)),
+                pipeline=pipeline or PIPELINE)),
         train_cfg=dict(by_epoch=False, max_iters=iters),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
         default_hooks=dict(logger=dict(type='LoggerHook', interval=1)),
@@ -152,3 +154,41 @@ def test_bgr_input_with_rgb_mean_is_flagged(tmp_path):
         visible=dict(mean=[103.53, 116.28, 123.675], std=[1, 1, 1],
                      bgr_to_rgb=False)))
     assert hook.flags == []
+
+
+# ---------------------------------------------------------------- alignment
+DEMO_PIPELINE = [
+    dict(type='LoadPairedImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PairedResize', scale=(160, 128), keep_ratio=True),
+    dict(type='PairedRandomFlip', prob=0.5),
+    dict(type='PackPairedDetInputs')
+]
+PAIR_KINDS = {'pair_mirrored', 'pair_shifted', 'pair_unrelated'}
+
+
+def test_healthy_demo_pairs_give_no_pairing_warning(tmp_path, capsys):
+    root = synthetic_demo_tree(str(tmp_path / 'llvip'))
+    runner, hook = _run(tmp_path, root, iters=8, pipeline=DEMO_PIPELINE)
+    assert len(hook.alignments) == 16
+    assert hook.flags == [], hook.flags
+    assert 'pair_' not in capsys.readouterr().out
+    assert read_events(runner.work_dir, 'first_batch_flag') == []
+
+
+@pytest.mark.parametrize('fault,kind', [('mirrored', 'pair_mirrored'),
+                                        ('permuted', 'pair_unrelated')])
+def test_misaligned_partners_warn_naming_the_files(tmp_path, capsys, fault,
+                                                   kind):
+    root = synthetic_demo_tree(str(tmp_path / 'llvip'), fault)
+    runner, hook = _run(tmp_path, root, iters=8, pipeline=DEMO_PIPELINE)
+    flagged = [f for f in hook.flags if f['kind'] in PAIR_KINDS]
+    assert {f['kind'] for f in flagged} >= {kind}, hook.flags
+    assert len(flagged) >= 4
+    out = capsys.readouterr().out
+    first = [f for f in flagged if f['kind'] == kind][0]
+    assert f'FirstBatchStatsHook: {kind}' in out
+    assert first['file'] in out and first['ir_file'] in out
+    assert first['ir_file'].endswith('.jpg') and 'infrared' in first['ir_file']
+    events = read_events(runner.work_dir, 'first_batch_flag')
+    assert kind in {e['flag'] for e in events}

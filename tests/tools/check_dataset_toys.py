@@ -33,6 +33,16 @@ def _image(w: int, h: int, seed: int) -> np.ndarray:
     return rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
 
 
+def infrared_partner(vis: np.ndarray, seed: int) -> np.ndarray:
+    """An infrared image registered to ``vis``: the same structure with
+    other intensities (inverted, scaled, its own noise), grey in three
+    channels as LLVIP stores it."""
+    grey = cv2.cvtColor(vis, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    noise = np.random.default_rng(seed).normal(0, 12, grey.shape)
+    ir = np.clip(230 - 0.7 * grey + noise, 0, 255).astype(np.uint8)
+    return cv2.cvtColor(ir, cv2.COLOR_GRAY2BGR)
+
+
 def _xml(stem: str, w: int, h: int,
          boxes: Iterable[Tuple[int, int, int, int]]) -> str:
     objs = ''.join(
@@ -61,9 +71,7 @@ def write_llvip_tree(root: str,
         stem = f'{i + 1:06d}'
         fault = faults.get(stem)
         vis = _image(w, h, i)
-        ir = cv2.cvtColor(cv2.cvtColor(_image(w, h, 1000 + i),
-                                       cv2.COLOR_BGR2GRAY),
-                          cv2.COLOR_GRAY2BGR)
+        ir = infrared_partner(vis, 1000 + i)
         box = (w // 4, h // 4, w // 2, h // 2 + 8)
         boxes = [box]
         if fault == 'empty':
@@ -124,3 +132,30 @@ def write_config(path: str, data_root: str,
     with open(path, 'w', encoding='utf-8') as f:
         f.write(text)
     return path
+
+
+#: the CPU demo's generator settings (configs/llvip/demo_cpu.py), fewer
+#: images
+DEMO_SYNTHETIC = dict(num_train=24, num_test=4, img_size=(160, 128), seed=0,
+                      max_people=5, empty_ratio=0.25,
+                      person_height=(30, 110))
+
+
+def synthetic_demo_tree(root: str, fault: Optional[str] = None) -> str:
+    """The synthetic demo tree at ``root``; ``fault``: ``'mirrored'`` (every
+    infrared file flipped left-right on disk) or ``'permuted'`` (every
+    visible image gets the next image's infrared file)."""
+    import glob
+    from mmsafe.datasets.synthetic_llvip import ensure_synthetic_llvip
+    ensure_synthetic_llvip(root, **DEMO_SYNTHETIC)
+    files = sorted(glob.glob(osp.join(root, 'infrared', 'train', '*.jpg')))
+    if fault == 'mirrored':
+        for path in files:
+            assert cv2.imwrite(path, cv2.imread(path)[:, ::-1])
+    elif fault == 'permuted':
+        images = [cv2.imread(p) for p in files]
+        for path, img in zip(files, images[1:] + images[:1]):
+            assert cv2.imwrite(path, img)
+    elif fault is not None:
+        raise ValueError(f'unknown fault {fault!r}')
+    return root

@@ -556,3 +556,31 @@ def test_gate_refuses_on_errors(healthy, tmp_path, capsys):
     assert 'persistent_workers option needs' in out
     report = preflight_gate(cfg, 'none', strict=False)
     assert report.has_errors
+
+
+# ---------------------------------------------------------------------------
+# pairing: a transform that moves one modality only
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize('option,fix', [
+    ('train_dataloader.dataset.pipeline.3.type=RandomFlip',
+     'PairedRandomFlip'),
+    ('train_dataloader.dataset.pipeline.2.type=Resize', 'PairedResize'),
+])
+def test_one_modality_geometric_transform_is_an_error(cli, healthy,
+                                                      tmp_path, capsys,
+                                                      option, fix):
+    """Put in through --cfg-options as a user would: the pairing row names
+    the config path of the step and the paired transform to use."""
+    code = cli.main([healthy, '--work-dir', str(tmp_path / 'work'),
+                     '--cfg-options', option])
+    out = capsys.readouterr().out
+    assert code != 0, out
+    rows = [line for line in out.splitlines() if ' pairing ' in line]
+    assert rows and rows[0].startswith('ERROR'), out
+    assert 'train_dataloader.dataset.pipeline[' in out and fix in out, out
+
+
+def test_healthy_config_has_a_pairing_ok_row(cli, healthy, tmp_path):
+    report = preflight(cli, healthy, str(tmp_path / 'work'))
+    rows = [r for r in report.rows if r.check == 'pairing']
+    assert [r.status for r in rows] == ['ok'], rows

@@ -1,4 +1,5 @@
 """Paired (visible + infrared) transforms."""
+from .compose import PairedCompose, PairGeometryError
 from .formatting import PackPairedDetInputs
 from .geometric import (PairedFixShapeResize, PairedGeometric,
                         PairedGeometryMixin, PairedPad,
@@ -12,5 +13,24 @@ __all__ = [
     'LoadPairedImageFromFile', 'PairedGeometric', 'PairedGeometryMixin',
     'PairedResize', 'PairedFixShapeResize', 'PairedRandomResize',
     'PairedRandomChoiceResize', 'PairedRandomFlip', 'PairedRandomCrop',
-    'PairedPad', 'ModalityTransform', 'PackPairedDetInputs', 'apply_paired'
+    'PairedPad', 'ModalityTransform', 'PackPairedDetInputs', 'apply_paired',
+    'PairedCompose', 'PairGeometryError', 'paired_pipeline'
 ]
+
+
+def paired_pipeline(pipeline, owner: str) -> PairedCompose:
+    """Check a paired dataset's pipeline statically and return it as a
+    :class:`PairedCompose` (the run-time check).
+
+    Args:
+        pipeline (Compose | Sequence): the built pipeline or its configs.
+        owner (str): the dataset, named in the errors.
+
+    Raises:
+        UnpairedTransformError: a transform would move or mix one modality
+            only (see :mod:`mmsafe.datasets.pipeline_check`).
+    """
+    from ..pipeline_check import assert_paired_pipeline
+    transforms = list(getattr(pipeline, 'transforms', pipeline) or [])
+    assert_paired_pipeline(transforms, owner)
+    return PairedCompose(transforms, owner=owner)

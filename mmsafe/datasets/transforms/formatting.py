@@ -5,6 +5,7 @@ from mmcv.transforms import to_tensor
 
 from mmdet.datasets.transforms import PackDetInputs
 from mmdet.registry import TRANSFORMS
+from .geometry import divergence
 
 PAIRED_META_KEYS = ('img_id', 'img_path', 'ir_img_path', 'ori_shape',
                     'img_shape', 'scale_factor', 'flip', 'flip_direction')
@@ -32,9 +33,15 @@ class PackPairedDetInputs(PackDetInputs):
     PackDetInputs does; the default meta keys add ``ir_img_path``. The
     tensors keep the images' dtype (uint8 from LoadPairedImageFromFile).
 
+    A sample whose two images differ in size, or whose recorded visible and
+    infrared geometries differ (see :mod:`.geometry`), is refused with a
+    ``ValueError`` naming the transform where they diverged.
+
     Args:
         meta_keys (Sequence[str]): meta keys copied into the data sample.
     """
+
+    pair_aware = True
 
     def __init__(self, meta_keys=PAIRED_META_KEYS) -> None:
         super().__init__(meta_keys=meta_keys)
@@ -46,14 +53,16 @@ class PackPairedDetInputs(PackDetInputs):
                 'PackPairedDetInputs needs both "img" and "ir_img" (sample '
                 f'{results.get("img_path")}); load pairs with '
                 'LoadPairedImageFromFile.')
-        img, ir_img = results['img'], results['ir_img']
-        if img.shape[:2] != ir_img.shape[:2]:
+        ir_img = results['ir_img']
+        diverged = divergence(results)
+        if diverged:
             raise ValueError(
-                f'PackPairedDetInputs: visible {img.shape[:2]} and infrared '
-                f'{ir_img.shape[:2]} differ in size (sample '
-                f'{results.get("img_path")} | {results.get("ir_img_path")}); '
-                'a geometric transform was applied to one modality only. '
-                'Use the Paired* transforms.')
+                'PackPairedDetInputs: the visible and infrared images differ '
+                'in size or geometry (sample '
+                f'{results.get("img_path")} | {results.get("ir_img_path")}): '
+                f'{diverged}. A geometric transform was applied to one '
+                'modality only; use the Paired* transforms (or '
+                'PairedGeometric) for every geometric step.')
         packed = super().transform(results)
         packed['inputs'] = dict(
             visible=packed['inputs'], infrared=image_to_tensor(ir_img))

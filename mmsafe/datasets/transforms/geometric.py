@@ -8,17 +8,24 @@ modalities. The transform is used as it is (no channel stacking, so cv2's
 limits on channel counts and the pillow backend do not matter), and the
 boxes, masks and meta keys come from the visible run.
 
+Torch's global random state is rewound too, so a transform drawing from
+``torch`` is paired as well. A transform that draws from its own generator
+(an ``np.random.Generator``, ``random.Random`` or ``torch.Generator``
+attribute) cannot be rewound and is refused when it is wrapped.
+
 Identity is checked, not assumed: after the two runs the output sizes, the
 recorded geometry (``homography_matrix``, ``scale_factor``, ``flip``,
 ``crop``/``pad`` shapes ...) and the random state they leave behind must be
 equal, else the transform is not pairable (for example its random draws
-depend on pixel values) and an error names it.
+depend on pixel values) and an error names it. What the step did is then
+recorded as the geometry of both modalities (see :mod:`.geometry`).
 """
 import copy
 import random
 from typing import Callable, Optional
 
 import numpy as np
+import torch
 from mmcv.transforms import BaseTransform
 from mmcv.transforms import RandomChoiceResize as MMCV_RandomChoiceResize
 from mmcv.transforms import RandomResize as MMCV_RandomResize
@@ -26,6 +33,7 @@ from mmcv.transforms import RandomResize as MMCV_RandomResize
 from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
                                        RandomFlip, Resize)
 from mmdet.registry import TRANSFORMS
+from .geometry import record_step, visible_geometry
 
 #: result keys that describe the geometry; they must agree between the runs
 GEOMETRY_KEYS = ('img_shape', 'scale', 'scale_factor', 'keep_ratio', 'flip',
@@ -73,16 +81,27 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
     # change boxes in place (flip_, translate_)
     ir_results = {
         k: copy.deepcopy(v)
-        for k, v in results.items() if k not in _IMAGE_KEYS
+        for k, v in results.items()
+        if k not in _IMAGE_KEYS and k != 'mix_results'
     }
     ir_results['img'] = ir_img
+    if 'mix_results' in results:
+        # a mix transform (Mosaic, MixUp): the infrared run mixes the
+        # infrared images of the same partners
+        ir_results['mix_results'] = [
+            _infrared_view(m, name) for m in results['mix_results']
+        ]
+    before = visible_geometry(results)
     py_state, np_state = random.getstate(), np.random.get_state()
+    torch_state = torch.get_rng_state()
     out = transform(results)
     if out is None:
         return None
     py_after, np_after = random.getstate(), np.random.get_state()
+    torch_after = torch.get_rng_state()
     random.setstate(py_state)
     np.random.set_state(np_state)
+    torch.set_rng_state(torch_state)
     ir_out = transform(ir_results)
     paths = (f'visible={results.get("img_path")} | '
              f'infrared={results.get("ir_img_path")}')
@@ -90,7 +109,8 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
         raise RuntimeError(f'{name} accepted the visible image but rejected '
                            f'the infrared one ({paths}); it is not pairable.')
     if not (random.getstate() == py_after
-            and _same_rng_state(np.random.get_state(), np_after)):
+            and _same_rng_state(np.random.get_state(), np_after)
+            and torch.equal(torch.get_rng_state(), torch_after)):
         raise RuntimeError(
             f'{name} drew different random numbers for the visible and the '
             f'infrared image ({paths}): its randomness depends on the image, '
@@ -108,7 +128,23 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
                     f'visible {out.get(key)}, infrared {ir_out.get(key)} '
                     f'({paths})')
     out['ir_img'] = ir_out['img']
+    record_step(out, name, before)
     return out
+
+
+def _infrared_view(mixed: dict, name: str) -> dict:
+    """A mixed-in sample's results with its infrared image as ``img``."""
+    if 'ir_img' not in mixed:
+        raise KeyError(
+            f'{name}: a mixed-in sample ({mixed.get("img_path")}) has no '
+            '"ir_img": the dataset inside MultiImageMixDataset must load '
+            'pairs (LoadPairedImageFromFile).')
+    view = {
+        k: copy.deepcopy(v)
+        for k, v in mixed.items() if k not in _IMAGE_KEYS
+    }
+    view['img'] = mixed['ir_img']
+    return view
 
 
 class PairedGeometryMixin:
@@ -117,6 +153,8 @@ class PairedGeometryMixin:
     Put it first in the bases: ``class PairedResize(PairedGeometryMixin,
     Resize)``.
     """
+
+    pair_aware = True
 
     def transform(self, results: dict) -> Optional[dict]:
         """Apply the transform identically to ``img`` and ``ir_img``."""
@@ -129,19 +167,50 @@ class PairedGeometric(BaseTransform):
     """Make any single-image geometric transform paired, e.g.
     ``dict(type='PairedGeometric', transform=dict(type='RandomAffine'))``.
 
+    ``Mosaic`` and ``MixUp`` work on pairs this way inside MMDetection's
+    ``MultiImageMixDataset``: the infrared run mixes the infrared images
+    of the same mixed-in samples with the same draw (same tiles, same
+    placement)::
+
+        dict(type='MultiImageMixDataset', dataset=dict(type='LLVIPDataset',
+             ..., pipeline=[dict(type='LoadPairedImageFromFile'),
+                            dict(type='LoadAnnotations', with_bbox=True)]),
+             pipeline=[dict(type='PairedGeometric',
+                            transform=dict(type='Mosaic', img_scale=...)),
+                       ..., dict(type='PackPairedDetInputs')])
+
+    Refused when it is built (:class:`UnpairedTransformError`): the mix
+    transforms that keep their own cache or need masks (``CachedMosaic``,
+    ``CachedMixUp``, ``CopyPaste``) and a transform that draws from its
+    own random generator (its draw cannot be repeated for infrared).
+
     Args:
         transform (dict | callable): the transform (config or object).
     """
 
+    pair_aware = True
+
     def __init__(self, transform) -> None:
+        from ..pipeline_check import check_paired_geometric_inner
         self.transform_cfg = copy.deepcopy(transform)
         self.inner = TRANSFORMS.build(transform) if isinstance(
             transform, dict) else transform
+        check_paired_geometric_inner(self.inner)
 
     def transform(self, results: dict) -> Optional[dict]:
         """Apply the inner transform identically to ``img`` and ``ir_img``."""
         return apply_paired(self.inner, results,
                             f'PairedGeometric({type(self.inner).__name__})')
+
+    @property
+    def get_indexes(self):
+        """The inner mix transform's ``get_indexes`` (what
+        ``MultiImageMixDataset`` looks for); absent for other transforms."""
+        fn = getattr(self.inner, 'get_indexes', None)
+        if fn is None:
+            raise AttributeError(
+                f'{type(self.inner).__name__} has no get_indexes')
+        return fn
 
     def __repr__(self) -> str:
         return f'{self.__class__.__name__}({self.inner!r})'

@@ -40,6 +40,8 @@ class LoadPairedImageFromFile(LoadImageFromFile):
             sample in training).
     """
 
+    pair_aware = True
+
     def __init__(self,
                  ir_color_type: str = 'color',
                  on_size_mismatch: str = 'error',

@@ -6,6 +6,7 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 
 from mmdet.registry import TRANSFORMS
+from .geometry import flipped_copy, homography, same_geometry
 
 MODALITIES = ('visible', 'infrared', 'both')
 _KEY = dict(visible='img', infrared='ir_img')
@@ -23,6 +24,13 @@ class ModalityTransform(BaseTransform):
     draw (colour jitter need not be shared; geometry must, see
     :class:`PairedGeometric`).
 
+    A geometric transform (``RandomFlip``, ``Resize``, ``RandomCrop``, ...),
+    a mix transform, or a wrapper holding one is refused when this is built
+    (:class:`~mmsafe.datasets.pipeline_check.UnpairedTransformError`), and
+    at run time a transform that changes the image size, records a
+    geometry (``homography_matrix``, ``flip``) or returns the image flipped
+    is refused too: it would move one modality only.
+
     Args:
         modality (str): ``'visible'``, ``'infrared'`` or ``'both'``.
         transform (dict | callable): the photometric transform.
@@ -33,8 +41,11 @@ class ModalityTransform(BaseTransform):
             is meant to be float (e.g. Normalize). Defaults to True.
     """
 
+    pair_aware = True
+
     def __init__(self, modality: str, transform,
                  restore_dtype: bool = True) -> None:
+        from ..pipeline_check import check_modality_inner
         if modality not in MODALITIES:
             raise ValueError(f'modality must be one of {MODALITIES}, got '
                              f'{modality!r}')
@@ -42,6 +53,7 @@ class ModalityTransform(BaseTransform):
         self.transform_cfg = copy.deepcopy(transform)
         self.inner = TRANSFORMS.build(transform) if isinstance(
             transform, dict) else transform
+        check_modality_inner(self.inner, modality)
         self.restore_dtype = restore_dtype
 
     def _apply(self, results: dict, modality: str) -> bool:
@@ -56,12 +68,25 @@ class ModalityTransform(BaseTransform):
         if out is None:
             return False
         new = out['img']
+        moved = None
         if new.shape[:2] != img.shape[:2]:
+            moved = f'changed the size {img.shape[:2]} -> {new.shape[:2]}'
+        elif out.get('flip'):
+            moved = f'flipped it ({out.get("flip_direction")})'
+        elif not same_geometry(homography(out, 'homography_matrix'),
+                               homography({}, 'homography_matrix')):
+            moved = 'recorded a geometric change (homography_matrix)'
+        else:
+            direction = flipped_copy(img, new)
+            if direction:
+                moved = f'returned it flipped ({direction})'
+        if moved:
             raise RuntimeError(
-                f'ModalityTransform({type(self.inner).__name__}) changed the '
-                f'{modality} image size {img.shape[:2]} -> {new.shape[:2]}: '
-                'geometric transforms must move both modalities; wrap it in '
-                'PairedGeometric instead.')
+                f'ModalityTransform({type(self.inner).__name__}) {moved} on '
+                f'the {modality} image only ({path}): the other modality '
+                'keeps its geometry, so the pair no longer lines up. Wrap '
+                'geometric transforms in PairedGeometric (or use the '
+                'Paired* transforms) instead.')
         if self.restore_dtype and new.dtype != img.dtype:
             if img.dtype == np.uint8:
                 new = np.clip(np.round(new), 0, 255)

@@ -146,6 +146,18 @@ class FirstBatchStatsHook(Hook):
     images (infrared with three equal channels) and for batches that a batch
     augmentation resized.
 
+    Pair alignment (``alignment=True``): the first ``alignment_pairs``
+    pairs, as the pipeline delivers them, are measured with
+    :func:`mmsafe.tools_lib.pair_alignment.measure_alignment` (correlation
+    of the two images' gradient maps, as they are, shifted and mirrored).
+    A pair whose infrared image matches its partner mirrored
+    (``pair_mirrored``) or shifted (``pair_shifted``) is a warning naming
+    both files; when hardly any of those pairs matches at all, the
+    partners are from other frames and the pairs are named
+    (``pair_unrelated``). This measures content, so it also sees what no
+    geometry record can: an infrared folder mirrored on disk, partners
+    permuted. It costs a few milliseconds per pair.
+
     The statistics are taken from the output of the model's
     ``data_preprocessor`` with a forward hook, i.e. exactly what the model's
     ``loss`` receives, and the first batch's pairs (up to ``max_vis``), with
@@ -165,6 +177,12 @@ class FirstBatchStatsHook(Hook):
         loaded_channel_order (str): channel order of the loaded images
             (``'bgr'`` for MMCV's ``LoadImageFromFile`` and mmsafe's paired
             loader). Defaults to ``'bgr'``.
+        alignment (bool): measure the image-content alignment of the first
+            pairs. Defaults to True.
+        alignment_pairs (int): how many first pairs to measure (batches
+            beyond ``num_batches`` are read until there are this many).
+            Unrelated partners are judged over them once at least 8 are
+            measured. Defaults to 16.
     """
 
     priority = 'NORMAL'
@@ -175,7 +193,9 @@ class FirstBatchStatsHook(Hook):
                  on_fault: str = 'warn',
                  constant_eps: float = 1e-6,
                  identical_corr: float = 0.9999,
-                 loaded_channel_order: str = 'bgr') -> None:
+                 loaded_channel_order: str = 'bgr',
+                 alignment: bool = True,
+                 alignment_pairs: int = 16) -> None:
         if on_fault not in ('warn', 'raise'):
             raise ValueError(f"on_fault must be 'warn' or 'raise', got "
                              f'{on_fault!r}')
@@ -194,6 +214,10 @@ class FirstBatchStatsHook(Hook):
         self._pre = None
         self.flags: List[dict] = []
         self.stats: List[dict] = []
+        self.alignment = bool(alignment)
+        self.alignment_pairs = int(alignment_pairs)
+        self.alignments: List[dict] = []
+        self._align_done = not self.alignment or self.alignment_pairs <= 0
 
     # ----------------------------------------------------------- plumbing
     def before_train(self, runner) -> None:
@@ -223,6 +247,7 @@ class FirstBatchStatsHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int,
                          data_batch: Any = None, outputs=None) -> None:
+        self._alignment_step(runner, data_batch)
         if not self._armed:
             return
         self._armed = False
@@ -250,6 +275,90 @@ class FirstBatchStatsHook(Hook):
 
     def after_train(self, runner) -> None:
         self._remove()
+        if not self._align_done:
+            self._align_done = True
+            self._judge_unrelated(runner)
+
+    # ---------------------------------------------------------- alignment
+    def _alignment_step(self, runner, data_batch: Any) -> None:
+        """Measure the alignment of this batch's pairs (raw pipeline
+        output, before the preprocessor) until enough were seen."""
+        if self._align_done:
+            return
+        inputs = data_batch.get('inputs') if isinstance(data_batch,
+                                                        dict) else None
+        if not (isinstance(inputs, dict) and 'visible' in inputs
+                and 'infrared' in inputs):
+            self._align_done = True  # not a paired model
+            return
+        from mmsafe.tools_lib.pair_alignment import (alignment_flag,
+                                                     measure_alignment)
+        samples = list(data_batch.get('data_samples') or [])
+        it = runner.iter + 1
+        new_flags = []
+        for i, (vis, ir) in enumerate(zip(inputs['visible'],
+                                          inputs['infrared'])):
+            if len(self.alignments) >= self.alignment_pairs:
+                break
+            if tuple(vis.shape[-2:]) != tuple(ir.shape[-2:]):
+                continue  # PackPairedDetInputs refuses these already
+            meta = samples[i].metainfo if i < len(samples) else {}
+            result = measure_alignment(vis, ir)
+            result.update(file=meta.get('img_path'),
+                          ir_file=meta.get('ir_img_path'), iter=it)
+            self.alignments.append(result)
+            if alignment_flag(result):
+                new_flags.append(self._pair_flag(
+                    f'pair_{result["verdict"]}', result, result['message']))
+        if len(self.alignments) >= self.alignment_pairs:
+            self._align_done = True
+            new_flags += self._judge_unrelated(runner, report=False)
+        self._report_pair_flags(runner, new_flags)
+
+    @staticmethod
+    def _pair_flag(kind: str, result: dict, message: str) -> dict:
+        return dict(
+            kind=kind, modality='visible+infrared', sample=None,
+            file=result.get('file'), ir_file=result.get('ir_file'),
+            message=f"{message} (iter {result.get('iter')}: visible="
+            f"{result.get('file')} | infrared={result.get('ir_file')}). "
+            'Look at the pair with tools/check_dataset.py CONFIG --show-dir '
+            'DIR; fix the infrared files or the partner rule, and make '
+            'every geometric transform paired')
+
+    def _judge_unrelated(self, runner, report: bool = True) -> List[dict]:
+        from mmsafe.tools_lib.pair_alignment import (unrelated_message,
+                                                     unrelated_pairs)
+        named = unrelated_pairs(self.alignments)
+        flags = [
+            self._pair_flag(
+                'pair_unrelated', self.alignments[i],
+                unrelated_message(self.alignments[i], self.alignments))
+            for i in named
+        ]
+        if report:
+            self._report_pair_flags(runner, flags)
+        return flags
+
+    def _report_pair_flags(self, runner, flags: List[dict]) -> None:
+        if not flags:
+            return
+        for flag in flags:
+            log(f'FirstBatchStatsHook: {flag["kind"]}: {flag["message"]}',
+                logging.WARNING)
+            fields = dict(flag)
+            fields['flag'] = fields.pop('kind')
+            write_event(runner.work_dir, 'first_batch_flag',
+                        iter=runner.iter + 1, **fields)
+        self.flags += flags
+        update_counters('first_batch_stats', batches=self._seen,
+                        flags=len(self.flags),
+                        flag_kinds=sorted({f['kind'] for f in self.flags}))
+        if self.on_fault == 'raise':
+            raise RuntimeError(
+                'FirstBatchStatsHook: misaligned pairs: ' +
+                '; '.join(f['message'] for f in flags) +
+                " (on_fault='warn' only logs them)")
 
     def _remove(self) -> None:
         if self._handle is not None:
