@@ -156,3 +156,44 @@ def test_cached_file_loads_without_network(torch_home):
     torch.save({'w': torch.arange(3)}, cached)
     loaded = CheckpointLoader.load_checkpoint(URL, map_location='cpu')
     assert torch.equal(loaded['w'], torch.arange(3))
+
+
+def test_a_server_that_never_answers_hits_the_download_deadline(
+        torch_home, monkeypatch):
+    """A blackholed weight server (accepts the connection, never answers):
+    the download gives up after MMSAFE_DOWNLOAD_TIMEOUT seconds instead of
+    hanging start-up."""
+    import socket
+
+    from mmengine.runner import CheckpointLoader
+
+    from mmsafe.compat.remote_weights import WeightsUnavailableError
+    monkeypatch.setenv('MMSAFE_DOWNLOAD_TIMEOUT', '1')
+    with socket.socket() as server:
+        server.bind(('127.0.0.1', 0))
+        server.listen(1)  # the kernel completes the handshake; no reply
+        url = f'http://127.0.0.1:{server.getsockname()[1]}/r50.pth'
+        with pytest.raises(WeightsUnavailableError) as info:
+            CheckpointLoader.load_checkpoint(url, map_location='cpu')
+    message = str(info.value)
+    assert url in message and 'timed out' in message, message
+    assert 'timeout 1 s' in message, message
+    cached = osp.join(torch_home, 'hub', 'checkpoints', 'r50.pth')
+    assert cached in message and not osp.exists(cached)
+    assert not os.listdir(osp.dirname(cached)), 'partial download left'
+
+
+def test_two_ranks_fail_together_with_the_same_error(tmp_path, torch_home):
+    """DDP (2 gloo processes): every rank stops with the error; no rank is
+    left waiting for a download that failed elsewhere."""
+    config = pretrained_config(str(tmp_path), str(tmp_path / 'data') + '/')
+    result = run_train(config, nproc=2, timeout=300,
+                       args=['--work-dir', str(tmp_path / 'work')],
+                       env=dict(TORCH_HOME=torch_home))
+    assert not result.timed_out, result
+    assert result.returncode != 0, result
+    for rank in (0, 1):
+        assert any(
+            line.startswith(f'[rank{rank}]:') and URL in line and
+            'WeightsUnavailableError: [mmsafe] pretrained weights' in line
+            for line in result.output.splitlines()), (rank, result)
