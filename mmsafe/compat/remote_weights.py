@@ -180,7 +180,13 @@ def ensure_cached(url: str, name: Optional[str] = None) -> str:
 
 def load_from_url_or_cache(filename: str, map_location: Any = None) -> Any:
     """CheckpointLoader scheme for http(s) URLs and model-zoo names."""
-    url = resolve_url(filename)
+    try:
+        url = resolve_url(filename)
+    except (ImportError, KeyError) as err:
+        raise WeightsUnavailableError(
+            f'[mmsafe] cannot resolve the pretrained weights {filename}: '
+            f'{type(err).__name__}: {err}. Fix: give the https URL or a '
+            'local path of the file in the config instead.') from err
     if not url.startswith(('http://', 'https://')):
         # open-mmlab:// entries may name a file under MMENGINE_HOME
         from mmengine.runner import checkpoint as mm_ckpt

@@ -197,3 +197,42 @@ def test_two_ranks_fail_together_with_the_same_error(tmp_path, torch_home):
             line.startswith(f'[rank{rank}]:') and URL in line and
             'WeightsUnavailableError: [mmsafe] pretrained weights' in line
             for line in result.output.splitlines()), (rank, result)
+
+
+@pytest.fixture
+def weight_server(tmp_path):
+    """A local HTTP server with one weight file: a machine with network."""
+    import functools
+    import http.server
+    import threading
+    folder = tmp_path / 'served'
+    folder.mkdir()
+    torch.save({'w': torch.arange(4)}, str(folder / 'served.pth'))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(folder))
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f'http://127.0.0.1:{server.server_address[1]}/served.pth'
+    server.shutdown()
+    server.server_close()
+
+
+def test_reachable_url_is_a_warning_then_downloaded_into_the_cache(
+        tmp_path, torch_home, weight_server):
+    from mmengine.runner import CheckpointLoader
+
+    config = pretrained_config(str(tmp_path), str(tmp_path / 'data') + '/',
+                               checkpoint=weight_server)
+    report = _preflight(config, str(tmp_path / 'work'))
+    assert not report.find('checkpoint', 'error'), report.format_text()
+    warn = [r for r in report.find('checkpoint', 'warn')
+            if r.where == 'model.backbone.init_cfg.checkpoint']
+    assert warn and 'reachable now' in warn[0].what, report.format_text()
+    cached = osp.join(torch_home, 'hub', 'checkpoints', 'served.pth')
+    loaded = CheckpointLoader.load_checkpoint(weight_server,
+                                              map_location='cpu')
+    assert torch.equal(loaded['w'], torch.arange(4))
+    assert os.listdir(osp.dirname(cached)) == ['served.pth']
+    report = _preflight(config, str(tmp_path / 'work'))
+    assert any(cached in r.what for r in report.find('checkpoint', 'ok'))
