@@ -17,15 +17,15 @@ these schemes through MMEngine's extension point
   cache path and the fixes, chained to the original error.
 
 Under ``torch.distributed`` the first rank of each node downloads while the
-others wait at a barrier, then all ranks agree on the outcome (one small
-collective), so every rank raises the same error and none waits forever.
+others wait in one small collective that tells every rank every rank's
+outcome, so all ranks raise together and none waits forever.
 """
 import os
 import os.path as osp
 import shutil
 import tempfile
 import urllib.request
-from typing import Any, Optional
+from typing import Any, List, Optional
 from urllib.parse import urlparse
 
 import torch
@@ -157,16 +157,21 @@ def ensure_cached(url: str, name: Optional[str] = None) -> str:
     if not dist:
         error = _fetch(url, cached)
     else:
+        # The first rank of each node downloads while the others wait in
+        # the collective; then every rank knows every rank's outcome.
         if _local_leader():
             error = _fetch(url, cached)
-        torch.distributed.barrier()
-        if error is None and not osp.isfile(cached):
-            error = _fetch(url, cached)  # another node's leader, or none
-        failed = [error is not None]
-        everyone = [None] * torch.distributed.get_world_size()
-        torch.distributed.all_gather_object(everyone, failed)
-        if error is None and any(f[0] for f in everyone):
-            error = RuntimeError('the download failed on another rank')
+        outcome = None if error is None else f'{type(error).__name__}: ' \
+            f'{error}'
+        everyone: List[Optional[str]] = [None] * \
+            torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(everyone, outcome)
+        failed = [(rank, text) for rank, text in enumerate(everyone) if text]
+        if failed and error is None:
+            error = RuntimeError(f'the download failed on rank '
+                                 f'{failed[0][0]}: {failed[0][1]}')
+        elif not failed and not osp.isfile(cached):
+            error = _fetch(url, cached)  # the leader's cache is not shared
     if error is not None:
         label = f'{name} ({url})' if name and name != url else url
         raise WeightsUnavailableError(

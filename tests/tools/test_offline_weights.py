@@ -184,8 +184,8 @@ def test_a_server_that_never_answers_hits_the_download_deadline(
 
 
 def test_two_ranks_fail_together_with_the_same_error(tmp_path, torch_home):
-    """DDP (2 gloo processes): every rank stops with the error; no rank is
-    left waiting for a download that failed elsewhere."""
+    """DDP (2 gloo processes): rank 0 downloads, rank 1 waits for its
+    outcome; every rank stops with the error, none is left waiting."""
     config = pretrained_config(str(tmp_path), str(tmp_path / 'data') + '/')
     result = run_train(config, nproc=2, timeout=300,
                        args=['--work-dir', str(tmp_path / 'work')],
@@ -197,6 +197,10 @@ def test_two_ranks_fail_together_with_the_same_error(tmp_path, torch_home):
             line.startswith(f'[rank{rank}]:') and URL in line and
             'WeightsUnavailableError: [mmsafe] pretrained weights' in line
             for line in result.output.splitlines()), (rank, result)
+    # rank 1 did not try again: it reports the outcome of rank 0's download
+    assert any(line.startswith('[rank1]:') and
+               'the download failed on rank 0: URLError' in line
+               for line in result.output.splitlines()), result
 
 
 @pytest.fixture
