@@ -1,7 +1,8 @@
 # Dual-stream Faster R-CNN (ResNet-50 FPN per modality, ImageNet init) with
 # MACL on the aligned FLIR ADAS pairs (data/FLIR_aligned, see
 # configs/_base_/datasets/flir_aligned.py): person, car, bicycle.
-#   python tools/train.py configs/flir/dual_faster_rcnn_r50_fpn_macl_flir_aligned.py
+#   python tools/train.py \
+#       configs/flir/dual_faster_rcnn_r50_fpn_macl_flir_aligned.py
 _base_ = [
     '../_base_/models/dual_faster_rcnn_r50_fpn.py',
     '../_base_/datasets/flir_aligned.py',
@@ -12,7 +13,8 @@ custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 model = dict(roi_head=dict(bbox_head=dict(num_classes=3)))
 
 # Normalisation: ImageNet statistics. For FLIR's own, run
-#   python tools/check_dataset.py configs/flir/dual_faster_rcnn_r50_fpn_macl_flir_aligned.py --stats
+#   python tools/check_dataset.py \
+#       configs/flir/dual_faster_rcnn_r50_fpn_macl_flir_aligned.py --stats
 # and paste the printed data_preprocessor lines here.
 
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=12, val_interval=1)

@@ -13,7 +13,8 @@ custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 
 # Normalisation: ImageNet statistics (those of the backbones' init). For
 # KAIST's own, run
-#   python tools/check_dataset.py configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py --stats
+#   python tools/check_dataset.py \
+#       configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py --stats
 # and paste the printed data_preprocessor lines here.
 
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=12, val_interval=1)

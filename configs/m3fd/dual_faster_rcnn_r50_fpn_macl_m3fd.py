@@ -12,7 +12,8 @@ custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 model = dict(roi_head=dict(bbox_head=dict(num_classes=6)))
 
 # Normalisation: ImageNet statistics. For M3FD's own, run
-#   python tools/check_dataset.py configs/m3fd/dual_faster_rcnn_r50_fpn_macl_m3fd.py --stats
+#   python tools/check_dataset.py \
+#       configs/m3fd/dual_faster_rcnn_r50_fpn_macl_m3fd.py --stats
 # and paste the printed data_preprocessor lines here.
 
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=12, val_interval=1)

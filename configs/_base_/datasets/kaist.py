@@ -4,10 +4,12 @@
 #   data/kaist/annotations/set{00-11}/V{000}/I{00000}.txt
 #       % bbGt version=3
 #       person 215 226 26 57 0 0 0 0 0 0 0     (label x y w h occ ... ign ang)
-#   data/kaist/imageSets/train-all-02.txt, test-all-20.txt  ('set00/V000/I01225')
+#   data/kaist/imageSets/train-all-02.txt, test-all-20.txt
+#       (one frame per line: 'set00/V000/I01225')
 # Sanitized training / improved test annotations in the same text format,
 # shipped flat (set00_V000_I01225.txt): set
-#   ann_name='{set}_{video}_{frame}.txt', data_prefix=dict(ann='<their folder>/')
+#   ann_name='{set}_{video}_{frame}.txt',
+#   data_prefix=dict(ann='<their folder>/')
 # Only 'person' is a class; people, cyclist, person? and boxes outside the
 # setting below are ignore regions. Evaluation: KAIST's "reasonable" setting
 # (height >= 55 px, no or partial occlusion) and log-average miss rate.
