@@ -65,7 +65,7 @@ def remote_source_rows(name: str, where: str,
         probes (dict, optional): reachability per URL, shared between the
             sources of one run so each URL is probed once.
     """
-    from mmsafe.compat.remote_weights import cache_path, fix_hint, resolve_url
+    from mmsafe.compat.remote_weights import cache_path, resolve_url
     try:
         url = resolve_url(name)
     except ImportError as err:
@@ -107,8 +107,9 @@ def remote_source_rows(name: str, where: str,
         'error', NAME, f'{label} is not in the torch hub cache ({cached}) and '
         f'cannot be downloaded from here ({reason}): the model cannot '
         'initialise.', where,
-        f'Place the file at {cached}: {fix_hint(url, cached)}. For this '
-        f'key: {_fix_lines(where, basename)}.')
+        f'Place the file at {cached} (download {url} on a machine with '
+        'network; TORCH_HOME moves the cache), or '
+        f'{_fix_lines(where, basename)}.')
 
 
 def local_source_rows(path: str, where: str,
