@@ -193,3 +193,33 @@ def test_dataset_config_trains_and_evaluates_with_every_guard(tmp_path, name):
     with open(osp.join(work_dir, 'safety_report.json')) as f:
         report = json.load(f)
     assert report, report
+
+
+def _check_dataset_cli():
+    import importlib.util
+    path = osp.join(REPO_ROOT, 'tools', 'check_dataset.py')
+    spec = importlib.util.spec_from_file_location('check_dataset_cli', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize('name', sorted(BENCHMARKS))
+def test_check_dataset_audits_and_measures_each_benchmark(tmp_path, name,
+                                                          capsys):
+    """tools/check_dataset.py: the audit finds nothing wrong in a healthy
+    tree of each layout, and --stats reads its pairs."""
+    spec = BENCHMARKS[name]
+    data_root = str(tmp_path / name) + '/'
+    spec['build'](data_root)
+    config = benchmark_config(str(tmp_path), name, data_root)
+    cli = _check_dataset_cli()
+    for split in ('train', 'val'):
+        assert cli.main([config, '--split', split, '--workers', '0',
+                         '--no-progress']) == 0, capsys.readouterr().out
+        assert 'check_dataset: OK (0 errors, 0 warnings)' in \
+            capsys.readouterr().out
+    assert cli.main([config, '--stats', '--workers', '0',
+                     '--no-progress']) == 0
+    out = capsys.readouterr().out
+    assert '6 of 6 pairs' in out and 'infrared=dict(mean=[' in out, out
