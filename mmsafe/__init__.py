@@ -14,6 +14,7 @@ from . import compat  # noqa: E402,F401  (patches first: DDP on CPU, loading)
 from . import datasets  # noqa: E402,F401
 from . import models  # noqa: E402,F401
 from . import engine  # noqa: E402,F401
+from . import evaluation  # noqa: E402,F401
 from .registry_help import mmsafe_registered_names  # noqa: E402
 
 __all__ = ['__version__', 'mmsafe_registered_names']

@@ -20,6 +20,13 @@ def _llvip(root, **extra):
     return cfg
 
 
+def _benchmark(kind, root, **cfg):
+    """A dataset config on a tiny tree in the benchmark's own layout."""
+    from tests.datasets import benchmark_trees
+    getattr(benchmark_trees, f'build_{kind}')(root, 2, 1)
+    return dict(data_root=root + '/', pipeline=[], **cfg)
+
+
 def _tiny_model():
     from mmengine.config import Config
     return Config.fromfile(TINY_MODEL).model  # ConfigDict: attribute access
@@ -34,6 +41,18 @@ EXAMPLES = {
             partner=dict(find='/visible/', replace='/infrared/')),
         'ValidInstanceResampleDataset': lambda root: dict(
             type='ValidInstanceResampleDataset', dataset=_llvip(root)),
+        'KAISTDataset': lambda root: _benchmark(
+            'kaist', root, type='KAISTDataset', img_shape=None,
+            ann_file='imageSets/train-all-02.txt'),
+        'FLIRAlignedDataset': lambda root: _benchmark(
+            'flir', root, type='FLIRAlignedDataset',
+            ann_file='align_train.txt'),
+        'M3FDDataset': lambda root: _benchmark(
+            'm3fd', root, type='M3FDDataset', ann_file='ImageSets/train.txt'),
+    },
+    'metric': {
+        'CocoStyleMetric': dict(type='CocoStyleMetric'),
+        'LogAverageMissRate': dict(type='LogAverageMissRate'),
     },
     'hook': {
         'DataLoaderProbeHook': dict(type='DataLoaderProbeHook'),
@@ -118,7 +137,7 @@ def test_builds_from_config_under_mmdet_scope(group, name, tmp_path):
             obj = build_optim_wrapper(model, cfg)
         else:
             reg = {'dataset': registry.DATASETS, 'hook': registry.HOOKS,
-                   'model': registry.MODELS,
+                   'metric': registry.METRICS, 'model': registry.MODELS,
                    'transform': registry.TRANSFORMS}[group]
             obj = reg.build(cfg)
     assert type(obj).__name__ == name

@@ -9,6 +9,11 @@ out-of-image boxes and labels outside the class range::
     python tools/check_dataset.py CONFIG [--split train|val|test]
         [--cfg-options k=v ...] [--json OUT.json] [--workers N]
         [--show-dir DIR [--show N]] [--strict]
+    python tools/check_dataset.py CONFIG --stats [--stats-samples N]
+        [--workers N] [--json OUT.json]
+
+``--stats`` computes each modality's per-channel mean and std over the
+split's images as loaded and prints the PairedDetDataPreprocessor lines.
 
 Exit code: 0 when no error was found (warnings allowed unless --strict),
 1 when at least one sample has an error, 2 when the dataset cannot be built.
@@ -58,6 +63,13 @@ def parse_args(argv=None):
     # pairing: image-content alignment of every pair
     parser.add_argument('--no-alignment', action='store_true',
                         help='skip the visible/infrared alignment measure')
+    # --stats: a separate mode (mmsafe/tools_lib/dataset_stats.py)
+    parser.add_argument('--stats', action='store_true',
+                        help='instead of the audit: per-channel mean/std of '
+                        'each modality as loaded, printed as '
+                        'PairedDetDataPreprocessor lines (--json: save them)')
+    parser.add_argument('--stats-samples', type=int, metavar='N',
+                        help='with --stats: N evenly spaced pairs only')
     return parser.parse_args(argv)
 
 
@@ -74,6 +86,11 @@ def main(argv=None) -> int:
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     set_random_seed(args.seed)
+    if args.stats:
+        from mmsafe.tools_lib.dataset_stats import run_stats
+        run_stats(cfg, args.split, args.stats_samples, args.workers,
+                  not args.no_progress, args.json)
+        return 0
     try:
         dc.dataset_config(cfg, args.split)
     except KeyError as exc:

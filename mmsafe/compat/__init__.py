@@ -7,4 +7,9 @@ from .checkpoint import install_checkpoint_safety  # noqa: E402
 
 install_checkpoint_safety()
 
-__all__ = ['install_cpu_ddp_support', 'install_checkpoint_safety']
+from .remote_weights import install_remote_weights  # noqa: E402
+
+install_remote_weights()
+
+__all__ = ['install_cpu_ddp_support', 'install_checkpoint_safety',
+           'install_remote_weights']

@@ -2,7 +2,7 @@
 import logging
 import os.path as osp
 import xml.etree.ElementTree as ET
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import mmcv
 from mmengine.fileio import (exists, get, get_local_path, list_dir_or_file,
@@ -148,13 +148,21 @@ class LLVIPDataset(BaseDetDataset):
                 recursive=False,
                 backend_args=self.backend_args))
 
+    def pair_paths(self, name: str) -> Tuple[str, str, str, str]:
+        """``(img_id, visible, infrared, xml)`` paths of visible image
+        ``name``: the same file name in both folders, ``{stem}.xml``."""
+        stem = osp.splitext(name)[0]
+        return (stem, osp.join(self.data_prefix['img'], name),
+                osp.join(self.data_prefix['ir_img'], name),
+                osp.join(self.data_prefix['ann'], f'{stem}.xml'))
+
     def load_data_list(self) -> List[dict]:
         """Build one data info per visible image, with its partner."""
         self.cat2label = {
             cat: i
             for i, cat in enumerate(self._metainfo['classes'])
         }
-        owner = f'LLVIPDataset({self.data_prefix["img"]})'
+        owner = f'{type(self).__name__}({self.data_prefix["img"]})'
         if not self.return_modality_pair:
             log(f'{owner}: return_modality_pair=False: VISIBLE images only, '
                 'no infrared partner is attached, so paired transforms and '
@@ -166,10 +174,7 @@ class LLVIPDataset(BaseDetDataset):
         missing_ann: List[str] = []
         entries = []
         for name in names:
-            stem = osp.splitext(name)[0]
-            img_path = osp.join(self.data_prefix['img'], name)
-            ir_path = osp.join(self.data_prefix['ir_img'], name)
-            xml_path = osp.join(self.data_prefix['ann'], f'{stem}.xml')
+            stem, img_path, ir_path, xml_path = self.pair_paths(name)
             # folder mode lists existing visible files; ImageSets may not
             has_vis = not self.ann_file or exists(
                 img_path, backend_args=self.backend_args)

@@ -65,9 +65,15 @@ val_dataloader = dict(
         backend_args=backend_args))
 test_dataloader = val_dataloader
 
-# VOC mAP at IoU 0.5 (area under the PR curve), logged as pascal_voc/mAP
-# (and val/pascal_voc/mAP in TensorBoard).
-val_evaluator = dict(
-    type='VOCMetric', metric='mAP', eval_mode='area', iou_thrs=0.5,
-    prefix='pascal_voc')
+# The metrics RGB-T papers report, side by side:
+#   pascal_voc/mAP      VOC mAP at IoU 0.5 (area under the PR curve)
+#   coco/bbox_mAP       COCO-style mAP over IoU 0.50:0.95 (mAP50:95)
+#   coco/bbox_mAP_50    COCO-style mAP at IoU 0.5 (101-point), also _75, _s/m/l
+# (val/pascal_voc/mAP, val/coco/bbox_mAP, ... in TensorBoard). CocoStyleMetric
+# takes the ground truth from the samples: no COCO json needed.
+val_evaluator = [
+    dict(type='VOCMetric', metric='mAP', eval_mode='area', iou_thrs=0.5,
+         prefix='pascal_voc'),
+    dict(type='CocoStyleMetric', prefix='coco'),
+]
 test_evaluator = val_evaluator

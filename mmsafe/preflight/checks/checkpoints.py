@@ -1,5 +1,6 @@
-"""``load_from`` / resume files (and pretrained ``init_cfg`` weights) exist
-and load safely.
+"""``load_from`` / resume files exist and load safely; pretrained weights
+(``init_cfg``, ``pretrained=``, URLs and model-zoo names) are available
+offline (:mod:`.pretrained_weights`).
 
 PyTorch >= 2.6 loads with ``weights_only=True``; a checkpoint holding an
 object outside mmsafe's allowlist is refused (mmsafe never turns
@@ -12,6 +13,8 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 from ..context import PreflightContext, first_line
 from ..report import CheckRow
+from .pretrained_weights import (check_pretrained_weights, is_remote,
+                                 remote_source_rows)
 
 NAME = 'checkpoint'
 
@@ -93,18 +96,14 @@ def _key_rows(state: dict, ctx: PreflightContext, where: str,
 
 def _check_file(path: str, where: str, ctx: PreflightContext,
                 resume: bool) -> Iterator[CheckRow]:
-    if path.startswith(('http://', 'https://')):
-        import torch
-        cached = osp.join(torch.hub.get_dir(), 'checkpoints',
-                          osp.basename(path.split('?')[0]))
-        if osp.isfile(cached):
-            path = cached
-        else:
-            yield CheckRow(
-                'warn', NAME, f'{path} is not in the torch hub cache: it is '
-                'downloaded when training starts (needs network).', where,
-                f'Download it to {cached} beforehand on offline machines.')
+    if is_remote(path):
+        cached = _cached_remote(path)
+        if cached is None:
+            # not cached (or not resolvable): reachability and the fix
+            yield from remote_source_rows(
+                path, where, ctx.state.setdefault('weight_probes', {}))
             return
+        path = cached
     elif '://' in path:
         yield CheckRow('info', NAME, f'{path}: remote storage, not checked.',
                        where)
@@ -137,55 +136,14 @@ def _check_file(path: str, where: str, ctx: PreflightContext,
     yield from _key_rows(_state_dict(obj), ctx, where, strict_shapes=resume)
 
 
-def _pretrained(node: Any, path: str) -> Iterator[Tuple[str, str]]:
-    if isinstance(node, dict):
-        if node.get('type') == 'Pretrained' and isinstance(
-                node.get('checkpoint'), str):
-            yield f'{path}.checkpoint', node['checkpoint']
-        for key, value in node.items():
-            yield from _pretrained(value, f'{path}.{key}')
-    elif isinstance(node, (list, tuple)):
-        for i, value in enumerate(node):
-            yield from _pretrained(value, f'{path}[{i}]')
-
-
-def _pretrained_rows(ctx: PreflightContext) -> Iterator[CheckRow]:
-    for where, ckpt in _pretrained(ctx.cfg.get('model', None), 'model'):
-        if ckpt.startswith('torchvision://'):
-            try:
-                import torch
-                from mmengine.runner.checkpoint import get_torchvision_models
-                url = get_torchvision_models()[ckpt[len('torchvision://'):]]
-                cached = osp.join(torch.hub.get_dir(), 'checkpoints',
-                                  osp.basename(url))
-            except ImportError as err:
-                yield CheckRow(
-                    'error', NAME, f'{ckpt} needs torchvision to resolve, '
-                    f'and it does not import ({first_line(err)}): '
-                    'init_weights() would fail at start-up.', where,
-                    'pip install the torchvision matching your torch, or set '
-                    f'{where.rsplit(".checkpoint", 1)[0]}=None to start '
-                    'from random weights.')
-                continue
-            except KeyError:
-                yield CheckRow('error', NAME, f'{ckpt}: torchvision has no '
-                               'such model.', where,
-                               'Use a name from torchvision.models.')
-                continue
-            if osp.isfile(cached):
-                yield CheckRow('ok', NAME, f'{ckpt} is cached at {cached}.',
-                               where)
-            else:
-                yield CheckRow(
-                    'warn', NAME, f'{ckpt} is not cached: it is downloaded '
-                    'when the model initialises (needs network).', where,
-                    f'Fetch {url} to {cached} beforehand, or set '
-                    f'{where.rsplit(".checkpoint", 1)[0]}=None to start '
-                    'from random weights.')
-        elif '://' not in ckpt and not osp.isfile(ckpt):
-            yield CheckRow('error', NAME, f'Pretrained checkpoint {ckpt!r} '
-                           'does not exist.', where,
-                           'Fix the path, or remove this init_cfg.')
+def _cached_remote(name: str) -> Optional[str]:
+    """The torch hub cache file of a URL / zoo name, if it is there."""
+    from mmsafe.compat.remote_weights import cache_path, resolve_url
+    try:
+        cached = cache_path(resolve_url(name))
+    except (ImportError, KeyError):
+        return None
+    return cached if osp.isfile(cached) else None
 
 
 def check_checkpoints(ctx: PreflightContext) -> Iterator[CheckRow]:
@@ -221,4 +179,4 @@ def check_checkpoints(ctx: PreflightContext) -> Iterator[CheckRow]:
     else:
         yield CheckRow('ok', NAME, 'No load_from / resume: training starts '
                        'from the initial weights.', 'load_from')
-    yield from _pretrained_rows(ctx)
+    yield from check_pretrained_weights(ctx)

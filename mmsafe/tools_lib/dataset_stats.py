@@ -1,0 +1,243 @@
+"""Per-modality, per-channel mean and std of a paired dataset's images.
+
+The engine of ``tools/check_dataset.py CONFIG --stats``. Every image is read
+as the config's loading transform reads it (its ``color_type`` /
+``ir_color_type``, decode backend and file backend), before any
+normalisation, in DataLoader worker processes. Each worker returns the
+per-channel pixel count, sum and sum of squares of one pair as exact
+integers; the main process adds them up (streaming: memory does not grow
+with the dataset). Every pixel counts once, so images of different sizes
+are weighted by their area. The standard deviation is the population one
+(``numpy.std``).
+
+The result is printed as the lines of ``PairedDetDataPreprocessor``. Its
+``mean`` and ``std`` apply after the optional BGR -> RGB swap, so with
+``bgr_to_rgb=True`` the channels are given in RGB order.
+"""
+import copy
+import json
+import os
+import os.path as osp
+import time
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+MODALITIES = ('visible', 'infrared')
+
+
+def loading_settings(dataset_cfg: dict) -> dict:
+    """How the pipeline's first loading transform reads images.
+
+    Returns:
+        dict: ``visible`` and ``infrared`` decode flags, ``imdecode_backend``
+        and ``backend_args``.
+    """
+    pipeline = []
+    node = dataset_cfg
+    while isinstance(node, dict):  # the pipeline may sit on a wrapper
+        pipeline = node.get('pipeline') or pipeline
+        if pipeline:
+            break
+        node = node.get('dataset')
+    load = next((t for t in pipeline if isinstance(t, dict) and
+                 'Load' in str(t.get('type', '')) and
+                 'Image' in str(t.get('type', ''))), {})
+    return dict(
+        visible=load.get('color_type', 'color'),
+        infrared=load.get('ir_color_type', 'color'),
+        imdecode_backend=load.get('imdecode_backend', 'cv2'),
+        backend_args=load.get('backend_args', None))
+
+
+class PairSumsDataset(Dataset):
+    """Pixel count, sum and sum of squares per channel of each pair.
+
+    Args:
+        pairs (list[tuple[str, str]]): ``(visible, infrared)`` paths.
+        settings (dict): see :func:`loading_settings`.
+    """
+
+    def __init__(self, pairs: Sequence[tuple], settings: dict) -> None:
+        self.pairs = list(pairs)
+        self.settings = settings
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def _sums(self, path: str, flag: str) -> tuple:
+        import mmcv
+        from mmengine import fileio
+        img = mmcv.imfrombytes(
+            fileio.get(path, backend_args=self.settings['backend_args']),
+            flag=flag, backend=self.settings['imdecode_backend'])
+        if img is None:
+            raise OSError(f'dataset_stats: cannot decode {path}')
+        pixels = img.reshape(-1, 1 if img.ndim == 2 else img.shape[2])
+        pixels = pixels.astype(np.int64)
+        return (pixels.shape[0], pixels.sum(0), (pixels * pixels).sum(0))
+
+    def __getitem__(self, idx: int) -> dict:
+        vis, ir = self.pairs[idx]
+        return dict(
+            visible=self._sums(vis, self.settings['visible']),
+            infrared=self._sums(ir, self.settings['infrared']))
+
+
+def _identity(x):
+    return x
+
+
+def sample_indices(total: int, samples: Optional[int]) -> List[int]:
+    """All indices, or ``samples`` evenly spaced ones (deterministic)."""
+    if not samples or samples >= total:
+        return list(range(total))
+    return sorted(set(np.linspace(0, total - 1, samples).round().astype(
+        int).tolist()))
+
+
+def pair_paths(dataset, indices: Sequence[int]) -> List[tuple]:
+    """``(img_path, ir_img_path)`` of the samples ``indices``."""
+    pairs = []
+    for idx in indices:
+        info = dataset.get_data_info(idx)
+        if not info.get('ir_img_path'):
+            raise ValueError(
+                f'dataset_stats: sample {idx} ({info.get("img_path")}) has '
+                'no ir_img_path: the dataset is not paired')
+        pairs.append((info['img_path'], info['ir_img_path']))
+    return pairs
+
+
+def compute_stats(pairs: Sequence[tuple], settings: dict, workers: int = 2,
+                  progress: bool = True) -> Dict[str, dict]:
+    """Per-channel mean and std of each modality over ``pairs``.
+
+    Returns:
+        dict: per modality ``mean``, ``std`` (lists, channels as loaded,
+        i.e. BGR for colour images), ``pixels`` and ``channels``; plus
+        ``pairs`` and ``seconds``.
+    """
+    loader = DataLoader(
+        PairSumsDataset(pairs, settings), batch_size=None, shuffle=False,
+        num_workers=workers, collate_fn=_identity,
+        prefetch_factor=4 if workers > 0 else None)
+    totals = {m: None for m in MODALITIES}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(pairs), unit='pair', dynamic_ncols=True,
+                   desc='check_dataset --stats')
+    start = time.perf_counter()
+    for item in loader:
+        for m in MODALITIES:
+            count, s, q = item[m]
+            if totals[m] is None:
+                totals[m] = [0, np.zeros_like(s), np.zeros_like(q)]
+            elif len(s) != len(totals[m][1]):
+                raise ValueError(
+                    f'dataset_stats: {m} images have {len(totals[m][1])} and '
+                    f'{len(s)} channels; one loading flag must fit them all')
+            totals[m][0] += count
+            totals[m][1] += s
+            totals[m][2] += q
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    if not pairs:
+        raise ValueError('dataset_stats: the dataset has no samples')
+    result: Dict[str, dict] = {}
+    for m in MODALITIES:
+        count, s, q = totals[m]
+        mean = s / count
+        var = np.maximum(q / count - mean * mean, 0.0)
+        result[m] = dict(mean=mean.tolist(), std=np.sqrt(var).tolist(),
+                         pixels=int(count), channels=len(mean))
+    result['pairs'] = len(pairs)
+    result['seconds'] = time.perf_counter() - start
+    return result
+
+
+def _preprocessor_cfg(cfg) -> dict:
+    model = cfg.get('model', None) or {}
+    return model.get('data_preprocessor', None) or {}
+
+
+def preprocessor_lines(stats: dict, cfg=None) -> str:
+    """The ``PairedDetDataPreprocessor`` lines for ``stats``.
+
+    ``bgr_to_rgb`` is taken from the config's preprocessor for each
+    modality (default: True for 3-channel images); with it, the channels
+    are written in RGB order.
+    """
+    pre = _preprocessor_cfg(cfg) if cfg is not None else {}
+    lines = ['model = dict(', '    data_preprocessor=dict(']
+    for m in MODALITIES:
+        channels = stats[m]['channels']
+        swap = (pre.get(m, None) or {}).get('bgr_to_rgb', channels == 3)
+        swap = bool(swap) and channels == 3
+        order = slice(None, None, -1) if swap else slice(None)
+        mean = ', '.join(f'{v:.3f}' for v in stats[m]['mean'][order])
+        std = ', '.join(f'{v:.3f}' for v in stats[m]['std'][order])
+        end = ',' if m == 'visible' else '))'
+        lines.append(f'        {m}=dict(mean=[{mean}], std=[{std}], '
+                     f'bgr_to_rgb={swap}){end}')
+    return '\n'.join(lines)
+
+
+def build_split_dataset(cfg, split: str):
+    """The split's dataset, built as the runner builds it."""
+    from mmengine.registry import init_default_scope
+    from mmdet.registry import DATASETS
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    key = f'{split}_dataloader'
+    loader = cfg.get(key, None)
+    if not loader or 'dataset' not in loader:
+        raise KeyError(f'the config has no {key}.dataset')
+    ds_cfg = copy.deepcopy(loader['dataset'])
+    dataset = DATASETS.build(copy.deepcopy(ds_cfg))
+    if hasattr(dataset, 'full_init'):
+        dataset.full_init()
+    return dataset, ds_cfg
+
+
+def run_stats(cfg, split: str = 'train', samples: Optional[int] = None,
+              workers: int = 2, progress: bool = True,
+              json_out: Optional[str] = None) -> dict:
+    """Compute, print and optionally save the statistics of a split."""
+    dataset, ds_cfg = build_split_dataset(cfg, split)
+    indices = sample_indices(len(dataset), samples)
+    pairs = pair_paths(dataset, indices)
+    stats = compute_stats(pairs, loading_settings(ds_cfg), workers=workers,
+                          progress=progress)
+    stats.update(split=split, dataset_size=len(dataset))
+    stats['config_lines'] = preprocessor_lines(stats, cfg)
+    print(format_stats(stats), flush=True)
+    if json_out:
+        os.makedirs(osp.dirname(osp.abspath(json_out)), exist_ok=True)
+        with open(json_out, 'w', encoding='utf-8') as f:
+            json.dump(stats, f, indent=1)
+        print(f'statistics written to {json_out}')
+    return stats
+
+
+def format_stats(stats: dict) -> str:
+    """The statistics and the config lines, as printed."""
+    head = (f'Per-channel statistics of the {stats.get("split", "")} images '
+            f'as loaded (before normalisation): {stats["pairs"]} of '
+            f'{stats.get("dataset_size", stats["pairs"])} pairs, '
+            f'{stats["seconds"]:.1f} s.')
+    lines = [head]
+    for m in MODALITIES:
+        s = stats[m]
+        order = 'BGR' if s['channels'] == 3 else 'grey'
+        mean = ', '.join(f'{v:.3f}' for v in s['mean'])
+        std = ', '.join(f'{v:.3f}' for v in s['std'])
+        lines.append(f'  {m:<8} ({order} as loaded, {s["pixels"]} px): '
+                     f'mean [{mean}]  std [{std}]')
+    lines.append('PairedDetDataPreprocessor lines for the config:')
+    lines.append(stats['config_lines'])
+    return '\n'.join(lines)
