@@ -58,7 +58,15 @@ auto_scale_lr = dict(enable=False, base_batch_size=4)
 # grad_norm stays above 20, when loss_macl stays at its chance level after
 # warm-up (pairing broken), when mAP50 is below 0.52 after epoch 1; stop
 # cleanly (checkpoint saved) when losses stay non-finite.
-custom_hooks = _base_.custom_hooks + [
+# The MACL check demands the MACL head, stops the run when loss_macl
+# vanishes, goes constant or stops reaching the head, and runs the
+# shuffled-pair control (judged after warm-up).
+custom_hooks = [
+    dict(hook, required=True, policy='raise', control_interval=50,
+         control_warmup=500)
+    if hook['type'] == 'MACLCheckHook' else hook
+    for hook in _base_.custom_hooks
+] + [
     dict(type='ScalarBandsHook', bands=[
         dict(key='grad_norm', max=20, action='warn', patience=20),
         dict(key='macl_chance_ratio', max=0.95, after_iter=500,

@@ -11,6 +11,8 @@ from mmengine.fileio import exists, get, get_text, list_from_file
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 from mmsafe.events import log
+from .pipeline_check import assert_paired_pipeline
+from .transforms import paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side)
 
@@ -121,7 +123,12 @@ class KAISTDataset(BaseDetDataset):
         self.img_shape = tuple(img_shape) if img_shape else None
         self.on_missing_pair = check_missing_pair_policy(on_missing_pair)
         prefix = dict(KAIST_PREFIX, **(data_prefix or {}))
+        owner = f'KAISTDataset({kwargs.get("ann_file", "")})'
+        # before the annotations are read: a broken pipeline fails fast
+        assert_paired_pipeline(kwargs.get('pipeline') or [], owner)
         super().__init__(*args, data_prefix=prefix, **kwargs)
+        # each sample's steps are watched (PairedCompose)
+        self.pipeline = paired_pipeline(self.pipeline, owner)
 
     def load_data_list(self) -> List[dict]:
         """One data info per listed frame, with its LWIR partner."""

@@ -223,3 +223,13 @@ def test_check_dataset_audits_and_measures_each_benchmark(tmp_path, name,
                      '--no-progress']) == 0
     out = capsys.readouterr().out
     assert '6 of 6 pairs' in out and 'infrared=dict(mean=[' in out, out
+
+
+def test_kaist_refuses_a_geometric_transform_on_one_modality(tmp_path):
+    root = str(tmp_path / 'kaist') + '/'
+    build_kaist(root, num_train=2, num_test=1)
+    with pytest.raises(ValueError, match='PairedRandomFlip'):
+        _build(dict(type='KAISTDataset', data_root=root,
+                    ann_file='imageSets/train-all-02.txt', img_shape=None,
+                    pipeline=[dict(type='LoadPairedImageFromFile'),
+                              dict(type='RandomFlip', prob=0.5)]))
