@@ -31,6 +31,8 @@ def paired_pipeline(pipeline, owner: str) -> PairedCompose:
             only (see :mod:`mmsafe.datasets.pipeline_check`).
     """
     from ..pipeline_check import assert_paired_pipeline
+    from .reduced_decode import check_pipeline
     transforms = list(getattr(pipeline, 'transforms', pipeline) or [])
     assert_paired_pipeline(transforms, owner)
+    check_pipeline(transforms, owner)
     return PairedCompose(transforms, owner=owner)

@@ -34,6 +34,7 @@ from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
                                        RandomFlip, Resize)
 from mmdet.registry import TRANSFORMS
 from .geometry import record_step, visible_geometry
+from .reduced_decode import fold_decode, pending_decode
 
 #: result keys that describe the geometry; they must agree between the runs
 GEOMETRY_KEYS = ('img_shape', 'scale', 'scale_factor', 'keep_ratio', 'flip',
@@ -77,6 +78,8 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
             'LoadPairedImageFromFile, or use the plain transform for '
             'single-modality data.')
     ir_img = results.pop('ir_img')
+    # a reduced decode is folded into the first step that resizes
+    decode = pending_decode(results)
     # the infrared run gets its own copy of the annotations: transforms
     # change boxes in place (flip_, translate_)
     ir_results = {
@@ -128,6 +131,7 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
                     f'visible {out.get(key)}, infrared {ir_out.get(key)} '
                     f'({paths})')
     out['ir_img'] = ir_out['img']
+    fold_decode(out, decode)
     record_step(out, name, before)
     return out
 

@@ -9,6 +9,10 @@ from mmengine import fileio
 
 from mmdet.registry import TRANSFORMS
 from mmsafe.events import log
+from .geometry import BOTH, INFRARED_KEY, VISIBLE_KEY, log_step
+from .reduced_decode import (DECODE_KEY, check_reduced_decode_cfg,
+                             choose_reduction, decode, decoded_scale,
+                             image_size, scale_instances)
 
 SIZE_MISMATCH_POLICIES = ('error', 'resize')
 
@@ -21,7 +25,9 @@ class LoadPairedImageFromFile(LoadImageFromFile):
 
     Required Keys: img_path, ir_img_path
 
-    Added Keys: img, ir_img, img_shape, ori_shape, ir_ori_shape
+    Added Keys: img, ir_img, img_shape, ori_shape, ir_ori_shape; with a
+    reduced decode also scale_factor, homography_matrix,
+    ir_homography_matrix, pair_geometry_log, decode_scale_factor
 
     A missing or unreadable file raises an error that names both paths of the
     pair; a sample without ``ir_img_path`` (an unpaired dataset) is an error,
@@ -33,6 +39,15 @@ class LoadPairedImageFromFile(LoadImageFromFile):
         on_size_mismatch (str): ``'error'`` (default) when the two images
             differ in size, or ``'resize'`` to resize infrared to the
             visible size (bilinear; logged once).
+        reduced_decode (dict, optional): decode JPEGs at 1/2, 1/4 or 1/8
+            of their size for the resize that follows, e.g.
+            ``dict(scale=(640, 512), keep_ratio=True)`` (the resize's own
+            ``scale`` and ``keep_ratio``; ``max_reduction`` caps the
+            reduction). One reduction for both modalities: the largest
+            whose decoded size is at least the resize's output. A paired
+            resize must follow (it folds the decode into ``scale_factor``);
+            see :mod:`.reduced_decode` for the bookkeeping. Defaults to
+            None (full decode).
         **kwargs: :class:`mmcv.transforms.LoadImageFromFile` arguments
             (``to_float32``, ``color_type``, ``imdecode_backend``,
             ``ignore_empty``, ``backend_args``). With ``ignore_empty=True``
@@ -45,8 +60,12 @@ class LoadPairedImageFromFile(LoadImageFromFile):
     def __init__(self,
                  ir_color_type: str = 'color',
                  on_size_mismatch: str = 'error',
+                 reduced_decode: Optional[dict] = None,
                  **kwargs) -> None:
         super().__init__(**kwargs)
+        self.reduced_decode = check_reduced_decode_cfg(
+            reduced_decode, type(self).__name__,
+            (self.color_type, ir_color_type), self.imdecode_backend)
         if on_size_mismatch not in SIZE_MISMATCH_POLICIES:
             raise ValueError(f'on_size_mismatch must be one of '
                              f'{SIZE_MISMATCH_POLICIES}, got '
@@ -55,21 +74,45 @@ class LoadPairedImageFromFile(LoadImageFromFile):
         self.on_size_mismatch = on_size_mismatch
         self._resize_logged = False
 
-    def _read(self, path: str, flag: str, which: str,
-              pair: str) -> Optional[np.ndarray]:
+    def _get(self, path: str, which: str, pair: str) -> Optional[bytes]:
         try:
-            img_bytes = fileio.get(path, backend_args=self.backend_args)
-            img = mmcv.imfrombytes(
-                img_bytes, flag=flag, backend=self.imdecode_backend)
-            if img is None:
-                raise ValueError('the file could not be decoded as an image')
+            return fileio.get(path, backend_args=self.backend_args)
         except Exception as e:
             if self.ignore_empty:
                 return None
             raise OSError(f'LoadPairedImageFromFile: cannot read the {which} '
                           f'image {path} ({type(e).__name__}: {e}); '
                           f'pair: {pair}') from e
-        return img
+
+    def _decode(self, img_bytes: bytes, path: str, flag: str, which: str,
+                pair: str, reduction: int) -> tuple:
+        try:
+            if reduction > 1:
+                img, reduction = decode(img_bytes, flag, reduction,
+                                        type(self).__name__, path)
+            else:
+                img = mmcv.imfrombytes(
+                    img_bytes, flag=flag, backend=self.imdecode_backend)
+            if img is None:
+                raise ValueError('the file could not be decoded as an image')
+        except Exception as e:
+            if self.ignore_empty:
+                return None, reduction
+            raise OSError(f'LoadPairedImageFromFile: cannot read the {which} '
+                          f'image {path} ({type(e).__name__}: {e}); '
+                          f'pair: {pair}') from e
+        return img, reduction
+
+    def _size(self, img_bytes: bytes, path: str, which: str,
+              pair: str) -> Optional[tuple]:
+        try:
+            return image_size(img_bytes)
+        except Exception as e:
+            if self.ignore_empty:
+                return None
+            raise OSError(f'LoadPairedImageFromFile: cannot read the size '
+                          f'of the {which} image {path} '
+                          f'({type(e).__name__}: {e}); pair: {pair}') from e
 
     def transform(self, results: dict) -> Optional[dict]:
         """Load both images of the pair.
@@ -90,19 +133,48 @@ class LoadPairedImageFromFile(LoadImageFromFile):
                 'with return_modality_pair=True or wrap the dataset in '
                 'PairedModalityDataset.')
         pair = f'visible={img_path} | infrared={ir_path}'
-        img = self._read(img_path, self.color_type, 'visible', pair)
-        ir_img = self._read(ir_path, self.ir_color_type, 'infrared', pair)
+        img_bytes = self._get(img_path, 'visible', pair)
+        ir_bytes = self._get(ir_path, 'infrared', pair)
+        if img_bytes is None or ir_bytes is None:
+            return None
+        reduction = vis_size = ir_size = None
+        if self.reduced_decode is not None:
+            vis_size = self._size(img_bytes, img_path, 'visible', pair)
+            ir_size = self._size(ir_bytes, ir_path, 'infrared', pair)
+            if vis_size is None or ir_size is None:
+                return None
+            # one reduction for both modalities
+            reduction = min(choose_reduction(vis_size, self.reduced_decode),
+                            choose_reduction(ir_size, self.reduced_decode))
+        img, vis_red = self._decode(img_bytes, img_path, self.color_type,
+                                    'visible', pair, reduction or 1)
+        ir_img, ir_red = self._decode(ir_bytes, ir_path, self.ir_color_type,
+                                      'infrared', pair, reduction or 1)
         if img is None or ir_img is None:
             return None
         if ir_img.ndim == 2:
             ir_img = np.repeat(ir_img[..., None], 3, axis=2)
-        results['ir_ori_shape'] = ir_img.shape[:2]
+        if reduction is None:
+            ori_shape = img.shape[:2]
+            results['ir_ori_shape'] = ir_img.shape[:2]
+        else:
+            vis_scale = decoded_scale(vis_size, img, vis_red,
+                                      type(self).__name__, img_path)
+            decoded_scale(ir_size, ir_img, ir_red, type(self).__name__,
+                          ir_path)
+            ori_shape = (vis_size[1], vis_size[0])
+            results['ir_ori_shape'] = (ir_size[1], ir_size[0])
         if ir_img.shape[:2] != img.shape[:2]:
             if self.on_size_mismatch == 'error':
+                decoded = '' if reduction is None else (
+                    f', decoded at 1/{vis_red} (visible) and 1/{ir_red} '
+                    f'(infrared) from files of {ori_shape} and '
+                    f'{results["ir_ori_shape"]}')
                 raise ValueError(
                     'LoadPairedImageFromFile: visible and infrared sizes '
                     f'differ (visible {img.shape[:2]}, infrared '
-                    f'{ir_img.shape[:2]}, as (h, w)); pair: {pair}. The '
+                    f'{ir_img.shape[:2]}, as (h, w){decoded}); pair: '
+                    f'{pair}. The '
                     "pair must be registered; set on_size_mismatch='resize' "
                     'only if both cover the same field of view.')
             if not self._resize_logged:
@@ -112,18 +184,39 @@ class LoadPairedImageFromFile(LoadImageFromFile):
                     'turns this off', logging.WARNING)
                 self._resize_logged = True
             ir_img = mmcv.imresize(ir_img, (img.shape[1], img.shape[0]))
+        if reduction is not None and (vis_red > 1 or ir_red > 1):
+            self._record_decode(results, vis_scale, ir_size, img,
+                                (vis_red, ir_red))
         if self.to_float32:
             img = img.astype(np.float32)
             ir_img = ir_img.astype(np.float32)
         results['img'] = img
         results['ir_img'] = ir_img
         results['img_shape'] = img.shape[:2]
-        results['ori_shape'] = img.shape[:2]
+        results['ori_shape'] = ori_shape
         return results
+
+    def _record_decode(self, results: dict, vis_scale: tuple,
+                       ir_size: tuple, img: np.ndarray,
+                       reductions: tuple) -> None:
+        """The decode as the first step of each modality's geometry (the
+        infrared one from its own file size to the pair's decoded size),
+        ``scale_factor`` and the instances in the decoded frame."""
+        h, w = img.shape[:2]
+        ir_scale = (w / ir_size[0], h / ir_size[1])
+        results[VISIBLE_KEY] = np.diag([vis_scale[0], vis_scale[1],
+                                        1.0]).astype(np.float32)
+        results[INFRARED_KEY] = np.diag([ir_scale[0], ir_scale[1], 1.0])
+        names = '/'.join(f'1/{r}' if r > 1 else 'full' for r in reductions)
+        log_step(results, f'{type(self).__name__} (decode {names})', BOTH)
+        results['scale_factor'] = vis_scale
+        results[DECODE_KEY] = vis_scale
+        scale_instances(results, vis_scale)
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}(color_type={self.color_type!r}, '
                 f'ir_color_type={self.ir_color_type!r}, '
                 f'on_size_mismatch={self.on_size_mismatch!r}, '
+                f'reduced_decode={self.reduced_decode!r}, '
                 f'to_float32={self.to_float32}, '
                 f'ignore_empty={self.ignore_empty})')
