@@ -15,8 +15,19 @@ same machine load. Each round builds a fresh loader and reads
 ``--batches`` batches; the time to the first batch (worker start-up) is
 reported apart from the steady rate, which starts at the first batch.
 
+Full vs reduced JPEG decoding (``--decode`` pairs, default 40 of
+``--decode-size`` 1280x1024, LLVIP's size, synthetic JPEGs created once
+under ``--data-dir`` and re-encoded at each ``--decode-quality``: the
+decode cost follows the bits per pixel): paired samples/s of one worker
+(the LLVIP recipe's training pipeline, ``configs/_base_/datasets/llvip.py``,
+run in this process over every pair with single-threaded OpenCV, as a
+DataLoader worker runs it) with the recipe's ``reduced_decode`` and with it
+off; passes alternate (full, reduced, reduced, full, ...) and the ratio of
+the medians is reported.
+
     python benchmarks/data_loading.py
     python benchmarks/data_loading.py --rounds 2 --batches 20 --large 100
+    python benchmarks/data_loading.py --large 0 --rounds 0 --decode 40
 """
 import argparse
 import copy
@@ -81,6 +92,139 @@ def measure(name: str, base: dict, workers: int, rounds: int,
           f'throughput of num_workers={workers}')
 
 
+LLVIP_BASE = osp.join(REPO_ROOT, 'configs', '_base_', 'datasets',
+                      'llvip.py')
+
+
+def decode_pass(dataset) -> float:
+    """Paired samples/s of one pass over ``dataset`` in this process."""
+    start = time.perf_counter()
+    for i in range(len(dataset)):
+        dataset[i]
+    return len(dataset) / (time.perf_counter() - start)
+
+
+def jpeg_tree(src: str, quality: int) -> str:
+    """A copy of the synthetic tree ``src`` with its JPEGs re-encoded at
+    ``quality`` (created once); the decode cost follows the bits per
+    pixel."""
+    import shutil
+
+    import cv2
+    dst = f'{src.rstrip("/")}_q{quality}/'
+    if osp.isdir(dst):
+        return dst
+    tmp = dst.rstrip('/') + f'.tmp{os.getpid()}'
+    shutil.copytree(src, tmp)
+    for modality in ('visible', 'infrared'):
+        folder = osp.join(tmp, modality, 'train')
+        for name in os.listdir(folder):
+            path = osp.join(folder, name)
+            img = cv2.imread(path, cv2.IMREAD_UNCHANGED)
+            assert cv2.imwrite(path, img, [cv2.IMWRITE_JPEG_QUALITY,
+                                           quality]), path
+    os.rename(tmp, dst.rstrip('/'))
+    return dst
+
+
+def bits_per_pixel(root: str, size) -> float:
+    folder = osp.join(root, 'visible', 'train')
+    sizes = [osp.getsize(osp.join(folder, n)) for n in os.listdir(folder)]
+    return 8 * median(sizes) / (size[0] * size[1])
+
+
+def measure_decode(num: int, size, rounds: int, data_dir: str,
+                   qualities) -> None:
+    """Full vs reduced decoding through the LLVIP recipe's pipeline."""
+    import cv2
+    from mmengine.config import Config
+    from mmdet.registry import DATASETS
+    from mmsafe.datasets import ensure_synthetic_llvip
+    cfg = Config.fromfile(LLVIP_BASE)
+    w, h = size
+    src = osp.join(data_dir, f'llvip_{w}x{h}_{num}_jpeg') + '/'
+    start = time.perf_counter()
+    ensure_synthetic_llvip(src, num_train=num, num_test=2, img_size=(w, h),
+                           seed=0, person_height=(60, min(500, h - 8)))
+    roots = {q: jpeg_tree(src, q) for q in qualities}
+    print(f'\n({num} JPEG pairs of {w}x{h} ready at {src}_q* after '
+          f'{time.perf_counter() - start:.1f} s)')
+
+    def dataset(root: str, reduced: bool, stage: bool = False):
+        pipeline = copy.deepcopy(cfg.train_pipeline)
+        if stage:  # load + annotations + resize: what the decode changes
+            pipeline = [p for p in pipeline if p['type'] in (
+                'LoadPairedImageFromFile', 'LoadAnnotations', 'PairedResize')]
+        pipeline[0]['reduced_decode'] = cfg.reduced_decode if reduced \
+            else None
+        return DATASETS.build(dict(
+            type='LLVIPDataset', data_root=root, filter_cfg=None,
+            data_prefix=dict(img='visible/train/', ir_img='infrared/train/',
+                             ann='Annotations/'), pipeline=pipeline))
+
+    # what a DataLoader worker runs with (MMEngine's env_cfg
+    # opencv_num_threads=0): single-threaded OpenCV
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(0)
+    scale = cfg.reduced_decode['scale']
+    try:
+        for q, root in roots.items():
+            bpp = bits_per_pixel(root, size)
+            print(f'\n== full vs reduced JPEG decode: LLVIP recipe train '
+                  f'pipeline at {scale[0]}x{scale[1]}, {num} pairs of '
+                  f'{w}x{h}, JPEG quality {q} ({bpp:.2f} bits/pixel), '
+                  f'{rounds} passes per setting, one worker (this '
+                  'process) ==')
+            for stage, what in ((False, 'whole train pipeline'),
+                                (True, 'load + resize only')):
+                sets = {r: dataset(root, r, stage) for r in (False, True)}
+                decode_pass(sets[False])  # warm-up (file cache, imports)
+                decode_pass(sets[True])
+                rates = {False: [], True: []}
+                for r in range(rounds):
+                    for reduced in ((False, True) if r % 2 == 0 else
+                                    (True, False)):
+                        rates[reduced].append(decode_pass(sets[reduced]))
+                full, reduced = median(rates[False]), median(rates[True])
+                print(f'{what}: full decode {full:.1f}, reduced decode '
+                      f'{reduced:.1f} pairs/s per worker; reduced/full: '
+                      f'{reduced / full:.2f}x')
+            codec = decoder_rates(root, scale, rounds)
+            print(f'OpenCV alone: decode + resize {codec[0]:.1f}, reduced '
+                  f'decode {codec[1]:.1f} images/s; reduced/full: '
+                  f'{codec[1] / codec[0]:.2f}x')
+    finally:
+        cv2.setNumThreads(threads)
+
+
+def decoder_rates(root: str, scale, rounds: int):
+    """Images/s of ``cv2.imdecode`` + ``cv2.resize`` to ``scale`` and of
+    ``IMREAD_REDUCED_COLOR_2`` alone, over the tree's train images."""
+    import cv2
+    import numpy as np
+    bufs = []
+    for modality in ('visible', 'infrared'):
+        folder = osp.join(root, modality, 'train')
+        bufs += [np.fromfile(osp.join(folder, n), np.uint8)
+                 for n in sorted(os.listdir(folder))]
+
+    def full(buf):
+        cv2.resize(cv2.imdecode(buf, cv2.IMREAD_COLOR), tuple(scale),
+                   interpolation=cv2.INTER_LINEAR)
+
+    def reduced(buf):
+        cv2.imdecode(buf, cv2.IMREAD_REDUCED_COLOR_2)
+
+    rates = {full: [], reduced: []}
+    for r in range(rounds):
+        for fn in ((full, reduced) if r % 2 == 0 else (reduced, full)):
+            start = time.perf_counter()
+            for buf in bufs:
+                fn(buf)
+            rates[fn].append(len(bufs) / (time.perf_counter() - start))
+    return median(rates[full]), median(rates[reduced])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -95,6 +239,16 @@ def main() -> None:
                         default=(640, 512), metavar=('W', 'H'))
     parser.add_argument('--data-dir', default=osp.join(
         REPO_ROOT, 'work_dirs', 'bench_data'))
+    parser.add_argument('--decode', type=int, default=40,
+                        help='JPEG pairs for full vs reduced decode (0: '
+                        'skip)')
+    parser.add_argument('--decode-size', type=int, nargs=2,
+                        default=(1280, 1024), metavar=('W', 'H'))
+    parser.add_argument('--decode-rounds', type=int, default=5,
+                        help='passes per decode setting (alternating)')
+    parser.add_argument('--decode-quality', type=int, nargs='+',
+                        default=(92, 75),
+                        help='JPEG qualities of the decode comparison')
     args = parser.parse_args()
     os.chdir(REPO_ROOT)  # the demo's data_root is relative to the repo
     os.environ.setdefault('OMP_NUM_THREADS', '1')
@@ -107,9 +261,10 @@ def main() -> None:
     print(f'machine: {machine()}')
     print(f'revision: {revision()}')
     print(f'uptime before: {uptime()}')
-    measure(f'demo data ({cfg.get("img_scale", "demo")} pairs)', base,
-            args.workers, args.rounds, args.batches)
-    if args.large > 0:
+    if args.rounds > 0:
+        measure(f'demo data ({cfg.get("img_scale", "demo")} pairs)', base,
+                args.workers, args.rounds, args.batches)
+    if args.large > 0 and args.rounds > 0:
         w, h = args.large_size
         large = copy.deepcopy(base)
         root = osp.join(args.data_dir, f'llvip_{w}x{h}_{args.large}') + '/'
@@ -126,6 +281,9 @@ def main() -> None:
               f'{time.perf_counter() - start:.1f} s)')
         measure(f'{args.large} synthetic {w}x{h} pairs', large,
                 args.workers, args.rounds, args.batches)
+    if args.decode > 0:
+        measure_decode(args.decode, args.decode_size, args.decode_rounds,
+                       args.data_dir, args.decode_quality)
     print(f'\nuptime after: {uptime()}')
 
 

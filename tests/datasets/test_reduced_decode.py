@@ -100,7 +100,8 @@ def test_decode_is_in_each_modality_geometry(llvip_1280):
                                np.diag([0.5, 0.5, 1]))
             assert results['scale_factor'] == (0.5, 0.5)
             assert results['pair_geometry_log'] == [
-                ('LoadPairedImageFromFile (decode 1/2/1/2)', 'both')]
+                ('LoadPairedImageFromFile (decode visible 1/2, infrared 1/2)',
+                 'both')]
     flip = np.array([[-0.5, 0, 640], [0, 0.5, 0], [0, 0, 1]])
     assert np.allclose(results['homography_matrix'], flip)
     assert np.allclose(results['ir_homography_matrix'], flip)

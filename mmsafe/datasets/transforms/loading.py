@@ -207,8 +207,9 @@ class LoadPairedImageFromFile(LoadImageFromFile):
         results[VISIBLE_KEY] = np.diag([vis_scale[0], vis_scale[1],
                                         1.0]).astype(np.float32)
         results[INFRARED_KEY] = np.diag([ir_scale[0], ir_scale[1], 1.0])
-        names = '/'.join(f'1/{r}' if r > 1 else 'full' for r in reductions)
-        log_step(results, f'{type(self).__name__} (decode {names})', BOTH)
+        vis, ir = (f'1/{r}' if r > 1 else 'full' for r in reductions)
+        log_step(results, f'{type(self).__name__} (decode visible {vis}, '
+                 f'infrared {ir})', BOTH)
         results['scale_factor'] = vis_scale
         results[DECODE_KEY] = vis_scale
         scale_instances(results, vis_scale)
