@@ -233,3 +233,37 @@ def test_reduced_decode_without_a_paired_resize_is_refused(llvip_1280):
                            reduced_decode=REDUCED),
                       dict(type='LoadAnnotations', with_bbox=True),
                       dict(type='PackPairedDetInputs')]))
+
+
+@pytest.mark.parametrize('annotations_first', [True, False])
+def test_single_modality_loader_same_bookkeeping(llvip_1280,
+                                                 annotations_first):
+    """LoadImageFromFileReduced + DecodeAwareResize in a visible-only
+    pipeline: as LoadImageFromFile + Resize (annotations loaded before the
+    resize: boxes of the network input; after: of the file)."""
+    def dataset(reduced: bool):
+        load = dict(type='LoadImageFromFileReduced',
+                    reduced_decode=dict(scale=(640, 512))) if reduced \
+            else dict(type='LoadImageFromFile')
+        resize = dict(type='DecodeAwareResize' if reduced else 'Resize',
+                      scale=(640, 512), keep_ratio=True)
+        ann = dict(type='LoadAnnotations', with_bbox=True)
+        middle = [ann, resize] if annotations_first else [resize, ann]
+        return DATASETS.build(dict(
+            type='LLVIPDataset', data_root=llvip_1280,
+            return_modality_pair=False, filter_cfg=None,
+            data_prefix=dict(img='visible/test/', ann='Annotations/'),
+            pipeline=[load, *middle, dict(
+                type='PackDetInputs',
+                meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                           'scale_factor'))]))
+
+    full, reduced = dataset(False), dataset(True)
+    for i in range(len(full)):
+        f, r = full[i]['data_samples'], reduced[i]['data_samples']
+        assert f.ori_shape == r.ori_shape == (1024, 1280)
+        assert f.img_shape == r.img_shape == (512, 640)
+        assert np.allclose(r.scale_factor, f.scale_factor, atol=1e-9)
+        assert np.allclose(r.scale_factor, (0.5, 0.5))
+        assert torch.allclose(boxes_of(f), boxes_of(r), atol=1.0)
+        assert len(boxes_of(f)) > 0

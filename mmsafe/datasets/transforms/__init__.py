@@ -8,13 +8,15 @@ from .geometric import (PairedFixShapeResize, PairedGeometric,
                         apply_paired)
 from .loading import LoadPairedImageFromFile
 from .photometric import ModalityTransform
+from .reduced_loading import DecodeAwareResize, LoadImageFromFileReduced
 
 __all__ = [
     'LoadPairedImageFromFile', 'PairedGeometric', 'PairedGeometryMixin',
     'PairedResize', 'PairedFixShapeResize', 'PairedRandomResize',
     'PairedRandomChoiceResize', 'PairedRandomFlip', 'PairedRandomCrop',
     'PairedPad', 'ModalityTransform', 'PackPairedDetInputs', 'apply_paired',
-    'PairedCompose', 'PairGeometryError', 'paired_pipeline'
+    'PairedCompose', 'PairGeometryError', 'paired_pipeline',
+    'LoadImageFromFileReduced', 'DecodeAwareResize'
 ]
 
 
