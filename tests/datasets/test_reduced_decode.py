@@ -267,3 +267,13 @@ def test_single_modality_loader_same_bookkeeping(llvip_1280,
         assert np.allclose(r.scale_factor, (0.5, 0.5))
         assert torch.allclose(boxes_of(f), boxes_of(r), atol=1.0)
         assert len(boxes_of(f)) > 0
+
+
+def test_off_by_default_and_in_the_cpu_demo():
+    assert TRANSFORMS.build(dict(
+        type='LoadPairedImageFromFile')).reduced_decode is None
+    demo = Config.fromfile(osp.join(REPO, 'configs', 'llvip', 'demo_cpu.py'))
+    for loader in ('train_dataloader', 'val_dataloader'):
+        step = demo[loader]['dataset']['pipeline'][0]
+        assert step['type'] == 'LoadPairedImageFromFile'
+        assert step.get('reduced_decode') is None
