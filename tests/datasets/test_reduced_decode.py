@@ -277,3 +277,20 @@ def test_off_by_default_and_in_the_cpu_demo():
         step = demo[loader]['dataset']['pipeline'][0]
         assert step['type'] == 'LoadPairedImageFromFile'
         assert step.get('reduced_decode') is None
+
+
+def test_masks_are_refused(tmp_path):
+    vis, ir = str(tmp_path / 'v.jpg'), str(tmp_path / 'i.jpg')
+    write_img(vis, visible_image(128, 96))
+    write_img(ir, infrared_image(128, 96))
+    instances = [dict(bbox=[0, 0, 10, 10], bbox_label=0,
+                      mask=[[0, 0, 10, 0, 10, 10]])]
+    with pytest.raises(ValueError, match='does not scale masks'):
+        load(dict(img_path=vis, ir_img_path=ir, instances=instances),
+             reduced_decode=REDUCED)
+    # the boxes of a mask-free sample are scaled, the originals kept
+    out = load(dict(img_path=vis, ir_img_path=ir,
+                    instances=[dict(bbox=[8, 4, 40, 60], bbox_label=0)]),
+               reduced_decode=REDUCED)
+    assert out['instances'][0]['bbox'] == [4, 2, 20, 30]
+    assert out[rd.ORI_INSTANCES_KEY][0]['bbox'] == [8, 4, 40, 60]
