@@ -83,6 +83,10 @@ EXAMPLES = {
         'AmpNaNSkipOptimWrapper': dict(type='AmpNaNSkipOptimWrapper'),
     },
     'transform': {
+        'LoadImageFromFileReduced': dict(
+            type='LoadImageFromFileReduced',
+            reduced_decode=dict(scale=(96, 64))),
+        'DecodeAwareResize': dict(type='DecodeAwareResize', scale=(96, 64)),
         'LoadPairedImageFromFile': dict(type='LoadPairedImageFromFile'),
         'ModalityTransform': dict(
             type='ModalityTransform', modality='infrared',
