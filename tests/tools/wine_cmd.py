@@ -11,14 +11,16 @@ import pty
 import re
 import select
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from typing import Callable, Dict, List, Optional
 
+from tests.utils import kill_group, spawn, time_left_in_test
+
 # wine's console draws blanks as cursor moves ("ESC [ n C").
 _FORWARD = re.compile(r'\x1b\[(\d*)C')
+MINGW = 'x86_64-w64-mingw32-gcc'
 _ANSI = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][0-9A-Za-z]|\r')
 
 
@@ -28,11 +30,14 @@ def windows_path(path: str) -> str:
 
 
 def wine_unavailable() -> Optional[str]:
-    """Why wine's cmd cannot run here, or None."""
-    if shutil.which('wine') is None:
-        return ('wine is not installed: the Windows launcher tests '
-                '(tools/*.bat under cmd) did NOT run. On Debian: '
-                'apt-get install wine (.ci/run does this when it can).')
+    """Why the batch files cannot run here under wine's cmd, or None."""
+    missing = [tool for tool in ('wine', 'wineserver', MINGW)
+               if shutil.which(tool) is None]
+    if missing:
+        return (f'{" and ".join(missing)} not installed: the Windows launcher '
+                'tests (tools/*.bat under cmd) did NOT run. On Debian: '
+                'apt-get install wine wine64 gcc-mingw-w64-x86-64-win32 '
+                '(.ci/run does this when it can).')
     return None
 
 
@@ -86,12 +91,13 @@ class WineCmd:
     def _spawn(self, argv, env, timeout, cwd=None,
                until=None) -> WineResult:
         master, slave = pty.openpty()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave,
-                                stdout=slave, stderr=slave,
-                                start_new_session=True)
-        os.close(slave)
+        try:
+            proc = spawn(argv, cwd=cwd, env=env, stdin=slave, stdout=slave,
+                         stderr=slave)
+        finally:
+            os.close(slave)
         chunks = []
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + time_left_in_test(timeout)
         next_key = time.monotonic() + 1
         timed_out = False
         try:
@@ -128,10 +134,7 @@ class WineCmd:
                           timed_out)
 
     def _kill(self, proc) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc.pid)
         proc.wait()
         # Windows programs started with "start" outlive cmd: end them all.
         subprocess.run(['wineserver', '-k'], env=self.env,

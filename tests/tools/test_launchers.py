@@ -1,23 +1,36 @@
-"""tools/train_with_tensorboard.bat and tools/setup_env.bat under a real
-``cmd`` (wine's), with stand-in ``python.exe``/``powershell.exe`` (compiled
-from launcher_stub.c) and browser that record how the batch files call
-them."""
+"""The launchers, run for real.
+
+- tools/train_with_tensorboard.bat and tools/setup_env.bat under a real
+  ``cmd`` (wine's), with stand-in ``python.exe``/``powershell.exe``
+  (compiled from launcher_stub.c) and browser that record how the batch
+  files call them.
+- tools/train_with_tensorboard.sh end to end: a short demo run, then
+  TensorBoard's HTTP API serves its scalars until Enter is pressed.
+"""
+import glob
 import json
 import ntpath
 import os
 import os.path as osp
+import pty
 import shutil
 import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import pytest
 
-from tests.tools.wine_cmd import WineCmd, wine_unavailable, windows_path
-from tests.utils import REPO_ROOT
+from tests.tools.wine_cmd import (MINGW, WineCmd, wine_unavailable,
+                                  windows_path)
+from tests.utils import REPO_ROOT, free_port, kill_group, spawn, time_left_in_test
 
-pytestmark = [
-    pytest.mark.slow, pytest.mark.timeout(600),
-    pytest.mark.skipif(wine_unavailable() is not None,
-                       reason=str(wine_unavailable()))]
+pytestmark = pytest.mark.slow
+needs_wine = pytest.mark.skipif(wine_unavailable() is not None,
+                                reason=str(wine_unavailable()))
 
 STUB_C = osp.join(osp.dirname(osp.abspath(__file__)), 'launcher_stub.c')
 BROWSER = '#!/bin/sh\nprintf "%s\\n" "$*" >> "$MMSAFE_STUB_BROWSER"\n'
@@ -35,7 +48,7 @@ def wine():
     cmd = WineCmd()
     try:
         stub = osp.join(cmd.root, 'launcher_stub.exe')
-        subprocess.run([shutil.which('x86_64-w64-mingw32-gcc'), '-O1', '-s',
+        subprocess.run([shutil.which(MINGW), '-O1', '-s',
                         '-Wall', '-Werror', '-o', stub, STUB_C], check=True,
                        timeout=120)
         cmd.stub = stub
@@ -130,6 +143,8 @@ def tensorboard_calls(box):
             if c['args'][:2] == ['-m', 'tensorboard.main']]
 
 
+@needs_wine
+@pytest.mark.timeout(300)
 def test_default_config_port_and_work_dir(sandbox):
     sandbox.make_venv('torch', 'mmcv', 'mmsafe')
     result = sandbox.run('train_with_tensorboard.bat',
@@ -157,6 +172,8 @@ def test_default_config_port_and_work_dir(sandbox):
     assert 'training finished' in result.output
 
 
+@needs_wine
+@pytest.mark.timeout(300)
 def test_explicit_arguments_and_train_py_pass_through(sandbox):
     sandbox.make_venv('torch', 'mmcv', 'mmsafe')
     result = sandbox.run(
@@ -175,6 +192,8 @@ def test_explicit_arguments_and_train_py_pass_through(sandbox):
     assert sandbox.browser_urls() == ['http://localhost:6123/']
 
 
+@needs_wine
+@pytest.mark.timeout(300)
 def test_empty_arguments_keep_defaults_and_work_dir_follows_config(sandbox):
     sandbox.make_venv('torch', 'mmcv', 'mmsafe')
     result = sandbox.run('train_with_tensorboard.bat', 'configs\\x\\my_run.py',
@@ -188,6 +207,8 @@ def test_empty_arguments_keep_defaults_and_work_dir_follows_config(sandbox):
         ['--logdir', 'work_dirs\\my_run', '--port', '6006']]
 
 
+@needs_wine
+@pytest.mark.timeout(300)
 def test_missing_venv_runs_setup_first(sandbox):
     result = sandbox.run('train_with_tensorboard.bat',
                          until=sandbox.tensorboard_and_browser_started)
@@ -207,6 +228,8 @@ def test_missing_venv_runs_setup_first(sandbox):
             '-m', 'pip', 'install'])
 
 
+@needs_wine
+@pytest.mark.timeout(300)
 def test_training_failure_shows_log_tail_and_exits_1(sandbox):
     sandbox.make_venv('torch', 'mmcv', 'mmsafe')
     result = sandbox.run('train_with_tensorboard.bat', '', '', 'work_dirs\\bad',
@@ -222,6 +245,8 @@ def test_training_failure_shows_log_tail_and_exits_1(sandbox):
     assert 'training finished' not in result.output
 
 
+@needs_wine
+@pytest.mark.timeout(300)
 def test_setup_env_fresh_install_order(sandbox):
     result = sandbox.run('setup_env.bat')
     assert result.returncode == 0, result
@@ -249,6 +274,8 @@ def test_setup_env_fresh_install_order(sandbox):
         ['-c', 'import mmsafe']]
 
 
+@needs_wine
+@pytest.mark.timeout(300)
 def test_setup_env_source_build_and_failure(sandbox):
     result = sandbox.run('setup_env.bat', env=dict(
         MMSAFE_MMCV_INDEX='none', MMSAFE_STUB_FAIL='mmdet==3.3.0'))
@@ -260,3 +287,90 @@ def test_setup_env_source_build_and_failure(sandbox):
     assert build['env']['MMCV_WITH_OPS'] == '1'
     # Nothing is installed after the failing step.
     assert not any('-e' in c['args'] for c in calls)
+
+
+# --- tools/train_with_tensorboard.sh with a real TensorBoard ---------------
+
+def _get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read().decode('utf-8'))
+
+
+def _scalar_tags(port):
+    """{run: [tags]} that TensorBoard serves, {} while it is not up."""
+    try:
+        tags = _get_json(f'http://127.0.0.1:{port}/data/plugin/scalars/tags')
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return {}
+    return {run: sorted(run_tags) for run, run_tags in tags.items()}
+
+
+@pytest.mark.timeout(600)
+def test_linux_launcher_trains_and_tensorboard_serves_the_run(tmp_path):
+    from tests.tools.test_train_cli import DEMO, shrink
+    port = free_port()
+    work_dir = str(tmp_path / 'work')
+    launcher = osp.join(REPO_ROOT, 'tools', 'train_with_tensorboard.sh')
+    env = dict(os.environ, MMSAFE_NO_BROWSER='1', PYTHON=sys.executable,
+               PYTHONPATH=REPO_ROOT)
+    master, slave = pty.openpty()  # a terminal: the launcher waits for Enter
+    try:
+        proc = spawn(
+            ['bash', launcher, DEMO, str(port), work_dir, '--cfg-options',
+             *shrink(str(tmp_path / 'llvip') + '/'),
+             'train_cfg.val_interval=1', 'default_hooks.logger.interval=1'],
+            cwd=REPO_ROOT, env=env, stdin=slave, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT)
+    finally:
+        os.close(slave)
+    output = []
+    reader = threading.Thread(
+        # Raw reads: the launcher's prompt ends without a newline.
+        target=lambda: output.extend(
+            iter(lambda: os.read(proc.stdout.fileno(), 65536), b'')),
+        daemon=True)
+    reader.start()
+    text = lambda: b''.join(output).decode('utf-8', 'replace')  # noqa: E731
+    deadline = time.monotonic() + time_left_in_test(540)
+    wanted = {'train/loss_macl', 'val/pascal_voc/mAP'}
+    try:
+        # Training ends, then the launcher keeps TensorBoard up.
+        while ('press Enter to stop it' not in text()
+               and proc.poll() is None and time.monotonic() < deadline):
+            time.sleep(0.5)
+        assert 'press Enter to stop it' in text(), text()[-6000:]
+        assert osp.exists(osp.join(work_dir, 'epoch_1.pth')), text()[-6000:]
+        # TensorBoard (re)loads the event files in the work dir.
+        served = {}
+        while time.monotonic() < deadline:
+            served = _scalar_tags(port)
+            if any(wanted <= set(tags) for tags in served.values()):
+                break
+            time.sleep(1)
+        runs = [run for run, tags in served.items() if wanted <= set(tags)]
+        assert runs, (served, text()[-4000:])
+        (run,) = runs
+        event_dirs = glob.glob(osp.join(work_dir, '*', 'vis_data'))
+        assert [osp.relpath(d, work_dir) for d in event_dirs] == [run]
+        for tag in sorted(wanted):
+            query = urllib.parse.urlencode(dict(run=run, tag=tag))
+            points = _get_json(f'http://127.0.0.1:{port}/data/plugin/scalars/'
+                               f'scalars?{query}')
+            assert points, tag
+            values = [value for _, _, value in points]
+            assert all(v == v and abs(v) < float('inf') for v in values), (
+                tag, points)
+            if tag == 'train/loss_macl':
+                assert min(values) > 0, points
+            else:  # one validation per epoch, one epoch
+                assert len(points) == 1 and 0 <= values[0] <= 1, points
+        # Enter stops TensorBoard and ends the launcher with training's code.
+        os.write(master, b'\n')
+        proc.wait(timeout=max(1, deadline - time.monotonic()))
+        assert proc.returncode == 0, text()[-6000:]
+        assert _scalar_tags(port) == {}, 'TensorBoard still serving'
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
+        reader.join(timeout=10)
+        os.close(master)
