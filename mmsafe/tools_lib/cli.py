@@ -56,20 +56,38 @@ def release_process_group() -> None:
 
 def exit_after_distributed_run() -> None:
     """End a distributed process that finished cleanly without interpreter
-    teardown.
+    teardown, after flushing everything it wrote.
 
-    Even after ``release_process_group`` a gloo rank sometimes aborts while
-    Python tears down torch's native threads (seen in about one of 15
-    two-process runs, always after the last hook had run). By then the run
-    is complete: MMEngine's LoggerHook closed the visualizer in
-    ``after_run``; logs and streams are flushed here, then the process exits
-    0. Single-process runs return normally.
+    Why (torch 2.13, gloo): ``destroy_process_group`` only unregisters the
+    group; the DDP reducer still holds it, so its ``pt_gloo_runloop`` worker
+    threads outlive ``main()``. Such a thread destroys each finished work
+    object (the final barrier, the all-reduces it chains) on its own; the
+    work's captured ``at::ThreadLocalState`` releases a Python object
+    (``c10::SafePyObject``), which takes the GIL. When that happens while
+    the interpreter is finalising, Python ends the thread with
+    ``pthread_exit``, whose forced unwind through the noexcept destructor
+    calls ``std::terminate`` ("terminate called without an active
+    exception", SIGABRT) although the run is complete. The race is in torch,
+    not in mmsafe, so the process skips interpreter teardown instead.
+
+    Nothing is lost: the log file handlers are flushed and closed, every
+    visualizer backend (TensorBoard event files included) is closed (a no-op
+    when MMEngine's LoggerHook closed it in ``after_run``), mmsafe's event
+    log is written line by line with the file closed after each event, and
+    stdout/stderr are flushed. Single-process runs return normally.
     """
     if not _RELEASED:
         return
     import logging
     import os
     import sys
+
+    from mmengine.visualization import Visualizer
+    classes = [Visualizer]
+    for cls in classes:  # each subclass keeps its own instances
+        classes.extend(cls.__subclasses__())
+        for visualizer in list(cls._instance_dict.values()):
+            visualizer.close()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
