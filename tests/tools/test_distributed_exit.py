@@ -1,6 +1,7 @@
-"""A 2-rank gloo run that finished cleanly exits 0 without interpreter
-teardown (see mmsafe.tools_lib.cli.exit_after_distributed_run); the log,
-mmsafe_events.jsonl and the TensorBoard event file are complete."""
+"""A 2-rank gloo run that finished cleanly exits 0 through normal
+interpreter teardown, without gloo's abort at exit (see
+mmsafe.tools_lib.cli.release_process_group); the log, mmsafe_events.jsonl
+and the TensorBoard event file are complete."""
 import glob
 import json
 import os.path as osp
