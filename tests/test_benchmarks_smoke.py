@@ -38,6 +38,9 @@ def test_guard_overhead_single(tmp_path):
                '2', '--profile', '--work-dir', str(tmp_path))
     _assert_overhead_figures(out)
     assert 'single process, cpu' in out
+    # no collective at all in a single process
+    assert re.search(r'collectives .*: on 0\.00, off 0\.00, added 0\.00;',
+                     out), out[-3000:]
     assert re.search(rf'self time of mmsafe guard code {NUMBER} ms/iteration',
                      out), out[-3000:]
     # the optim wrapper is guard code and runs every iteration
@@ -49,9 +52,13 @@ def test_guard_overhead_ddp(tmp_path):
                '--block', '2', '--work-dir', str(tmp_path))
     _assert_overhead_figures(out)
     assert '2-rank gloo DDP' in out
-    # the step consensus is one collective per optimizer step
-    match = re.search(rf'collectives .*: on ({NUMBER}), off ({NUMBER})', out)
-    assert match and float(match.group(1)) >= 1.0, out[-3000:]
+    # the step consensus is one collective per optimizer step, and mmsafe
+    # adds no other (an extra one would make it 2.00)
+    match = re.search(rf'collectives .*: on ({NUMBER}), off ({NUMBER}), '
+                      rf'added (-?{NUMBER}); from mmsafe guard code '
+                      rf'({NUMBER})', out)
+    assert match, out[-3000:]
+    assert match.group(3) == '1.00' and match.group(4) == '1.00', match.group(0)
 
 
 @pytest.mark.parametrize('scenario,pattern', [
