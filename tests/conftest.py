@@ -9,8 +9,8 @@ every test (pytest-timeout included), and the ``slow`` marker.
 - After each test, the process groups that ``tests.utils`` started and did
   not end yet are killed; at the end of the session, any process the suite
   left behind is killed too.
-- Each test gets a deadline ``TIMEOUT_MARGIN`` seconds before its
-  pytest-timeout; ``tests.utils.run_command`` cuts its timeouts to it.
+- Each test gets a deadline ``TIMEOUT_MARGIN`` seconds (a tenth of it for
+  short ones) before its pytest-timeout; ``tests.utils.run_command`` cuts its timeouts to it.
 - ``slow`` (registered in setup.cfg) marks tests that start processes or train (``tools/train.py``,
   2-process gloo, DataLoader workers, other subprocesses): see
   :func:`spawns_processes`. ``make test-fast`` deselects them, and a test
@@ -93,8 +93,8 @@ def _process_groups_and_deadline(request):
     """Deadline for ``tests.utils`` runs; kill leftover process groups."""
     timeout = _test_timeout(request.node)
     if timeout > 0:
-        utils.set_test_deadline(
-            time.monotonic() + timeout - utils.TIMEOUT_MARGIN)
+        utils.set_test_deadline(time.monotonic() + timeout - min(
+            utils.TIMEOUT_MARGIN, timeout / 10))
     try:
         yield
     finally:
