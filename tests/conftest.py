@@ -10,9 +10,11 @@ every test (pytest-timeout included), and the ``slow`` marker.
   not end yet are killed; at the end of the session, any process the suite
   left behind is killed too.
 - Each test gets a deadline ``TIMEOUT_MARGIN`` seconds (a tenth of it for
-  short ones) before its pytest-timeout; ``tests.utils.run_command`` cuts its timeouts to it.
-- ``slow`` (registered in setup.cfg) marks tests that start processes or train (``tools/train.py``,
-  2-process gloo, DataLoader workers, other subprocesses): see
+  short ones) before its pytest-timeout; ``tests.utils.run_command`` cuts
+  its timeouts to it.
+- ``slow`` (registered in setup.cfg) marks tests that start processes or
+  train (``tools/train.py``, 2-process gloo, DataLoader workers, other
+  subprocesses): see
   :func:`spawns_processes`. ``make test-fast`` deselects them, and a test
   that starts a process through ``tests.utils`` under ``-m "not slow"``
   fails, saying it needs the marker.

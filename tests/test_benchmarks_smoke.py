@@ -58,7 +58,8 @@ def test_guard_overhead_ddp(tmp_path):
                       rf'added (-?{NUMBER}); from mmsafe guard code '
                       rf'({NUMBER})', out)
     assert match, out[-3000:]
-    assert match.group(3) == '1.00' and match.group(4) == '1.00', match.group(0)
+    assert (match.group(3), match.group(4)) == ('1.00', '1.00'), \
+        match.group(0)
 
 
 @pytest.mark.parametrize('scenario,pattern', [

@@ -26,7 +26,8 @@ import pytest
 
 from tests.tools.wine_cmd import (MINGW, WineCmd, wine_unavailable,
                                   windows_path)
-from tests.utils import REPO_ROOT, free_port, kill_group, spawn, time_left_in_test
+from tests.utils import (REPO_ROOT, free_port, kill_group, spawn,
+                         time_left_in_test)
 
 pytestmark = pytest.mark.slow
 needs_wine = pytest.mark.skipif(wine_unavailable() is not None,
@@ -232,7 +233,8 @@ def test_missing_venv_runs_setup_first(sandbox):
 @pytest.mark.timeout(300)
 def test_training_failure_shows_log_tail_and_exits_1(sandbox):
     sandbox.make_venv('torch', 'mmcv', 'mmsafe')
-    result = sandbox.run('train_with_tensorboard.bat', '', '', 'work_dirs\\bad',
+    result = sandbox.run('train_with_tensorboard.bat', '', '',
+                         'work_dirs\\bad',
                          env=dict(MMSAFE_STUB_TRAIN_RC='3'),
                          until=sandbox.tensorboard_and_browser_started)
     assert result.returncode == 1, result
