@@ -38,6 +38,9 @@ def test_guard_overhead_single(tmp_path):
                '2', '--profile', '--work-dir', str(tmp_path))
     _assert_overhead_figures(out)
     assert 'single process, cpu' in out
+    # no collective at all in a single process
+    assert re.search(r'collectives .*: on 0\.00, off 0\.00, added 0\.00;',
+                     out), out[-3000:]
     assert re.search(rf'self time of mmsafe guard code {NUMBER} ms/iteration',
                      out), out[-3000:]
     # the optim wrapper is guard code and runs every iteration

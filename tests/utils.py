@@ -1,12 +1,21 @@
 """Helpers shared by the tests: run tools/train.py for real, with a hard
-timeout that kills the whole process group, so a hang fails the test."""
+timeout that kills the whole process group, so a hang fails the test.
+
+Every process group started here is registered until it is killed:
+``run_command`` kills its group when the command ends, times out or is
+interrupted (pytest-timeout's exception included), and tests/conftest.py
+kills whatever is still registered after each test. A command's timeout is
+also cut to the time left before the test's own pytest-timeout, so chained
+runs fail with their output instead of adding up past it.
+"""
 import os
 import os.path as osp
 import signal
 import subprocess
 import sys
 import textwrap
-from typing import List, Optional, Sequence
+import time
+from typing import List, Optional, Sequence, Set
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TRAIN = osp.join(REPO_ROOT, 'tools', 'train.py')
@@ -31,10 +40,69 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Process groups started by the tests and not killed yet.
+LIVE_GROUPS: Set[int] = set()
+# time.monotonic() by which the running test must end (set by conftest).
+_test_deadline: Optional[float] = None
+# What to do when a test starts a process under ``make test-fast``.
+_fast_mode_message: Optional[str] = None
+# Seconds kept between a command's forced end and the test's own timeout.
+TIMEOUT_MARGIN = 30
+
+
+def set_test_deadline(deadline: Optional[float]) -> None:
+    global _test_deadline
+    _test_deadline = deadline
+
+
+def set_fast_mode(message: Optional[str]) -> None:
+    global _fast_mode_message
+    _fast_mode_message = message
+
+
+def time_left_in_test(timeout: float) -> float:
+    """``timeout``, cut to what the running test has left (at least 1 s)."""
+    if _test_deadline is None:
+        return timeout
+    return max(1.0, min(timeout, _test_deadline - time.monotonic()))
+
+
+def spawn(cmd: Sequence[str], **popen_args) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new process group, registered for
+    ``kill_group``/``kill_live_groups``."""
+    if _fast_mode_message is not None:
+        import pytest
+        pytest.fail(_fast_mode_message + f' (command: {list(cmd)[:4]})',
+                    pytrace=False)
+    proc = subprocess.Popen(list(cmd), start_new_session=True, **popen_args)
+    LIVE_GROUPS.add(proc.pid)
+    return proc
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group (a no-op when it is gone)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    LIVE_GROUPS.discard(pgid)
+
+
+def kill_live_groups() -> List[int]:
+    """Kill every registered process group; returns those that were
+    registered."""
+    groups = sorted(LIVE_GROUPS)
+    for pgid in groups:
+        kill_group(pgid)
+    return groups
+
+
 def run_command(cmd: Sequence[str], timeout: float,
                 env: Optional[dict] = None,
                 cwd: str = REPO_ROOT) -> RunResult:
-    """Run ``cmd`` in its own process group; kill the group on timeout."""
+    """Run ``cmd`` in its own process group, which is killed when the
+    command ends (leftover children included), on timeout, and when the
+    test is interrupted. ``timeout`` is cut to the test's time left."""
     full_env = dict(os.environ)
     full_env.setdefault('OMP_NUM_THREADS', '1')
     full_env['PYTHONPATH'] = REPO_ROOT + os.pathsep + full_env.get(
@@ -42,16 +110,24 @@ def run_command(cmd: Sequence[str], timeout: float,
     full_env['PYTHONUNBUFFERED'] = '1'
     if env:
         full_env.update(env)
-    proc = subprocess.Popen(
-        list(cmd), cwd=cwd, env=full_env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    limit = time_left_in_test(timeout)
+    proc = spawn(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, text=True)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=limit)
         return RunResult(proc.returncode, out, False)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc.pid)
         out, _ = proc.communicate()
-        return RunResult(-9, out or '', True)
+        note = '' if limit >= timeout else (
+            f'\n[tests] stopped after {limit:.0f} s: the test\'s own timeout '
+            'was near (its chained runs need less time or a larger '
+            '@pytest.mark.timeout)')
+        return RunResult(-9, (out or '') + note, True)
+    finally:
+        kill_group(proc.pid)
+        if proc.poll() is None:
+            proc.wait()
 
 
 def run_train(config: str, nproc: int = 1, timeout: float = 300,

@@ -131,5 +131,3 @@ def main(argv=None):
 
 if __name__ == '__main__':
     main()
-    from mmsafe.tools_lib.cli import exit_after_distributed_run
-    exit_after_distributed_run()

@@ -6,6 +6,8 @@
 #   CONFIG    default configs/llvip/demo_cpu.py
 #   PORT      default 6006
 #   WORK_DIR  default work_dirs/<config name>
+#   Everything after WORK_DIR goes to tools/train.py unchanged, e.g.
+#   --resume --cfg-options train_cfg.max_epochs=24; "" keeps a default.
 # MMSAFE_NO_BROWSER=1 skips opening the browser; MMSAFE_KEEP_TENSORBOARD=0
 # stops TensorBoard when training ends (default: keep it while the terminal
 # is interactive, until Enter is pressed).

@@ -1,5 +1,5 @@
 """What ``tools/train.py`` and ``tools/test.py`` share: loading a config as
-MMDetection's tools do, building the runner, and a clean distributed exit."""
+MMDetection's tools do, building the runner, and a clean distributed end."""
 import os.path as osp
 from typing import Optional
 
@@ -31,46 +31,36 @@ def build_runner(cfg):
     return RUNNERS.build(cfg)
 
 
-# Set when this process released a process group after a clean finish.
-_RELEASED = False
+# The work of the final barrier of a distributed run, kept to the end of
+# the process (see ``release_process_group``).
+_FINAL_BARRIER = None
 
 
 def release_process_group() -> None:
-    """Destroy the default process group before the interpreter exits.
+    """End a distributed run that finished cleanly: barrier, then destroy
+    the process group, keeping the barrier's work object until exit.
 
-    MMEngine leaves it alive; when Python then tears down a live gloo group,
-    or one rank closes its connections while a peer still uses them, gloo's
-    threads can abort the process ("terminate called without an active
-    exception") after a run that finished cleanly. The barrier makes every
-    rank finish before any rank tears the group down. Call it only after a
-    clean finish: a crash keeps the group for the exception handlers (the
-    safety report needs the rank) and exits non-zero anyway.
+    Why the work is kept (torch 2.13, gloo): each ``pt_gloo_runloop`` worker
+    thread drops its reference to a work once it has run it. When that is
+    the last reference, the work (for a barrier, with the earlier works it
+    waited for) is destroyed on that thread, and its captured
+    ``at::ThreadLocalState`` releases a Python object, which takes the GIL.
+    ``barrier()`` returns before that; if the interpreter is finalising by
+    then, Python ends the thread with ``pthread_exit``, whose forced unwind
+    through the noexcept destructor calls ``std::terminate``: "terminate
+    called without an active exception" (SIGABRT) after a complete run.
+    Holding the final barrier's work here makes the main thread drop the
+    last reference, at interpreter exit, while Python is still whole. The
+    barrier also makes every rank finish before any rank tears the group
+    down (MMEngine leaves it alive).
+
+    Call it only after a clean finish: a crash keeps the group for the
+    exception handlers (the safety report needs the rank) and exits
+    non-zero anyway.
     """
-    global _RELEASED
+    global _FINAL_BARRIER
     import torch.distributed as torch_dist
     if torch_dist.is_available() and torch_dist.is_initialized():
-        torch_dist.barrier()
+        _FINAL_BARRIER = torch_dist.barrier(async_op=True)
+        _FINAL_BARRIER.wait()
         torch_dist.destroy_process_group()
-        _RELEASED = True
-
-
-def exit_after_distributed_run() -> None:
-    """End a distributed process that finished cleanly without interpreter
-    teardown.
-
-    Even after ``release_process_group`` a gloo rank sometimes aborts while
-    Python tears down torch's native threads (seen in about one of 15
-    two-process runs, always after the last hook had run). By then the run
-    is complete: MMEngine's LoggerHook closed the visualizer in
-    ``after_run``; logs and streams are flushed here, then the process exits
-    0. Single-process runs return normally.
-    """
-    if not _RELEASED:
-        return
-    import logging
-    import os
-    import sys
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -72,7 +72,10 @@ def test_sleeping_forward_is_reported_and_run_recovers(tmp_path):
     assert 'makes progress again' in result.output
     (event, ) = read_events(result.work_dir, 'hang')
     assert event['iter'] == 3 and event['phase'] == 'forward'
-    assert 4 <= event['idle_s'] < 12
+    # Reported during the stall (the stack above is inside it), before
+    # progress resumed.
+    assert result.output.index('mmsafe hang report') < \
+        result.output.index('makes progress again')
 
 
 def test_healthy_run_writes_no_report(tmp_path):

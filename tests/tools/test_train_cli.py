@@ -79,25 +79,6 @@ def test_preflight_refuses_a_broken_config_before_training(tmp_path):
     assert not glob.glob(osp.join(work_dir, '*.pth'))
 
 
-def test_linux_launcher_runs_tensorboard_and_training(tmp_path):
-    work_dir = str(tmp_path / 'work')
-    from tests.utils import free_port
-    port = free_port()
-    launcher = osp.join(REPO_ROOT, 'tools', 'train_with_tensorboard.sh')
-    env = dict(MMSAFE_NO_BROWSER='1',
-               PATH=osp.dirname(sys.executable) + os.pathsep +
-               os.environ.get('PATH', ''))
-    result = run_command(
-        ['bash', launcher, DEMO, str(port), work_dir, '--cfg-options',
-         *shrink(str(tmp_path / 'llvip') + '/')],
-        timeout=600, env=env)
-    assert result.returncode == 0, result
-    assert f'TensorBoard on http://localhost:{port}' in result.output
-    assert osp.exists(osp.join(work_dir, 'epoch_1.pth'))
-    with open(osp.join(work_dir, 'tensorboard.out')) as f:
-        assert 'TensorBoard' in f.read()
-
-
 def test_linux_launcher_shows_log_tail_on_failure(tmp_path):
     work_dir = str(tmp_path / 'work')
     from tests.utils import free_port

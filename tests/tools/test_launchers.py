@@ -1,0 +1,378 @@
+"""The launchers, run for real.
+
+- tools/train_with_tensorboard.bat and tools/setup_env.bat under a real
+  ``cmd`` (wine's), with stand-in ``python.exe``/``powershell.exe``
+  (compiled from launcher_stub.c) and browser that record how the batch
+  files call them.
+- tools/train_with_tensorboard.sh end to end: a short demo run, then
+  TensorBoard's HTTP API serves its scalars until Enter is pressed.
+"""
+import glob
+import json
+import ntpath
+import os
+import os.path as osp
+import pty
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.tools.wine_cmd import (MINGW, WineCmd, wine_unavailable,
+                                  windows_path)
+from tests.utils import (REPO_ROOT, free_port, kill_group, spawn,
+                         time_left_in_test)
+
+pytestmark = pytest.mark.slow
+needs_wine = pytest.mark.skipif(wine_unavailable() is not None,
+                                reason=str(wine_unavailable()))
+
+STUB_C = osp.join(osp.dirname(osp.abspath(__file__)), 'launcher_stub.c')
+BROWSER = '#!/bin/sh\nprintf "%s\\n" "$*" >> "$MMSAFE_STUB_BROWSER"\n'
+# Stand-in for .venv\Scripts\activate.bat: records the console code page
+# that the launcher set, then puts the venv first on PATH as venv does.
+ACTIVATE = ('@echo off\r\n'
+            'for /f "delims=" %%c in (\'chcp\') do set '
+            '"MMSAFE_STUB_CODEPAGE=%%c"\r\n'
+            'set "VIRTUAL_ENV=%~dp0.."\r\n'
+            'set "PATH=%~dp0;%PATH%"\r\n')
+
+
+@pytest.fixture(scope='module')
+def wine():
+    cmd = WineCmd()
+    try:
+        stub = osp.join(cmd.root, 'launcher_stub.exe')
+        subprocess.run([shutil.which(MINGW), '-O1', '-s',
+                        '-Wall', '-Werror', '-o', stub, STUB_C], check=True,
+                       timeout=120)
+        cmd.stub = stub
+        yield cmd
+    finally:
+        cmd.close()
+
+
+class Sandbox:
+    """A copy of the repository's batch files with stand-in programs."""
+
+    def __init__(self, root: str, wine: WineCmd):
+        self.root = root
+        self.wine = wine
+        self.record = osp.join(root, 'record.jsonl')
+        self.stubs = osp.join(root, 'stubs')
+        self.repo = osp.join(root, 'repo')
+        os.makedirs(osp.join(self.repo, 'tools'))
+        os.makedirs(self.stubs)
+        for name in ('train_with_tensorboard.bat', 'setup_env.bat'):
+            shutil.copy2(osp.join(REPO_ROOT, 'tools', name),
+                         osp.join(self.repo, 'tools', name))
+        for name in ('python.exe', 'powershell.exe'):
+            shutil.copy2(wine.stub, osp.join(self.stubs, name))
+        self.browser_record = osp.join(root, 'browser.txt')
+        with open(osp.join(self.stubs, 'browser'), 'w') as f:
+            f.write(BROWSER)
+        os.chmod(osp.join(self.stubs, 'browser'), 0o755)
+        with open(osp.join(self.stubs, 'activate.bat'), 'w',
+                  newline='') as f:
+            f.write(ACTIVATE)
+        wine.set_browser(osp.join(self.stubs, 'browser'))
+
+    def make_venv(self, *installed: str) -> None:
+        scripts = osp.join(self.repo, '.venv', 'Scripts')
+        os.makedirs(scripts)
+        shutil.copy2(osp.join(self.stubs, 'python.exe'), scripts)
+        shutil.copy2(osp.join(self.stubs, 'activate.bat'), scripts)
+        for module in installed:
+            open(osp.join(self.repo, '.venv', f'installed-{module}'),
+                 'w').close()
+
+    def calls(self, name=None):
+        if not osp.exists(self.record):
+            return []
+        with open(self.record, encoding='utf-8') as f:
+            calls = [json.loads(line) for line in f]
+        return [c for c in calls if name is None or c['name'] == name]
+
+    def browser_urls(self):
+        if not osp.exists(self.browser_record):
+            return []
+        with open(self.browser_record) as f:
+            return f.read().split()
+
+    def run(self, bat: str, *args: str, env=None, until=None):
+        return self.wine.run(
+            [windows_path(osp.join(self.repo, 'tools', bat)), *args],
+            cwd=self.root, path_first=[self.stubs],
+            env=dict(MMSAFE_STUB_RECORD=windows_path(self.record),
+                     MMSAFE_STUB_DIR=windows_path(self.stubs),
+                     MMSAFE_STUB_BROWSER=self.browser_record, **(env or {})),
+            until=until)
+
+    def tensorboard_and_browser_started(self):
+        return bool(self.browser_urls()) and any(
+            c['args'][:2] == ['-m', 'tensorboard.main']
+            for c in self.calls('python'))
+
+    def path(self, *parts):
+        """``repo/parts`` as the stand-ins see it (a Windows path)."""
+        return ntpath.normpath(windows_path(osp.join(self.repo, *parts)))
+
+
+def same_path(a, b):
+    return ntpath.normcase(ntpath.normpath(a)) == ntpath.normcase(
+        ntpath.normpath(b))
+
+
+@pytest.fixture
+def sandbox(tmp_path, wine):
+    return Sandbox(str(tmp_path), wine)
+
+
+def train_calls(box):
+    return [c for c in box.calls('python') if c['args'][:1] == [
+        'tools\\train.py']]
+
+
+def tensorboard_calls(box):
+    return [c['args'][2:] for c in box.calls('python')
+            if c['args'][:2] == ['-m', 'tensorboard.main']]
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_default_config_port_and_work_dir(sandbox):
+    sandbox.make_venv('torch', 'mmcv', 'mmsafe')
+    result = sandbox.run('train_with_tensorboard.bat',
+                         until=sandbox.tensorboard_and_browser_started)
+    assert result.returncode == 0, result
+    (train,) = train_calls(sandbox)
+    assert train['args'] == ['tools\\train.py', 'configs\\llvip\\demo_cpu.py',
+                             '--work-dir', 'work_dirs\\demo_cpu']
+    # Training runs from the repository root, with the venv's python, in a
+    # UTF-8 console (code page 65001) and UTF-8 Python I/O.
+    assert same_path(train['cwd'], sandbox.path()), train
+    assert same_path(train['exe'],
+                     sandbox.path('.venv', 'Scripts', 'python.exe')), train
+    assert train['env']['MMSAFE_STUB_CODEPAGE'].endswith('65001'), train
+    assert train['env']['PYTHONUTF8'] == '1'
+    assert train['env']['PYTHONIOENCODING'] == 'utf-8'
+    assert osp.isdir(osp.join(sandbox.repo, 'work_dirs', 'demo_cpu'))
+    assert tensorboard_calls(sandbox) == [
+        ['--logdir', 'work_dirs\\demo_cpu', '--port', '6006']]
+    assert sandbox.browser_urls() == ['http://localhost:6006/']
+    # A ready venv: no set-up, no failure path.
+    assert not any(c['args'][:2] == ['-m', 'venv']
+                   for c in sandbox.calls('python'))
+    assert 'FAILED' not in result.output
+    assert 'training finished' in result.output
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_explicit_arguments_and_train_py_pass_through(sandbox):
+    sandbox.make_venv('torch', 'mmcv', 'mmsafe')
+    result = sandbox.run(
+        'train_with_tensorboard.bat', 'configs\\llvip\\my_run.py', '6123',
+        'work_dirs\\run 1', '--resume', '--amp', '--cfg-options',
+        'train_cfg.max_epochs=2', 'optim_wrapper.optimizer.lr=0.01',
+        until=sandbox.tensorboard_and_browser_started)
+    assert result.returncode == 0, result
+    (train,) = train_calls(sandbox)
+    assert train['args'] == [
+        'tools\\train.py', 'configs\\llvip\\my_run.py', '--work-dir',
+        'work_dirs\\run 1', '--resume', '--amp', '--cfg-options',
+        'train_cfg.max_epochs=2', 'optim_wrapper.optimizer.lr=0.01']
+    assert tensorboard_calls(sandbox) == [
+        ['--logdir', 'work_dirs\\run 1', '--port', '6123']]
+    assert sandbox.browser_urls() == ['http://localhost:6123/']
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_empty_arguments_keep_defaults_and_work_dir_follows_config(sandbox):
+    sandbox.make_venv('torch', 'mmcv', 'mmsafe')
+    result = sandbox.run('train_with_tensorboard.bat', 'configs\\x\\my_run.py',
+                         '', '', '--resume',
+                         until=sandbox.tensorboard_and_browser_started)
+    assert result.returncode == 0, result
+    (train,) = train_calls(sandbox)
+    assert train['args'] == ['tools\\train.py', 'configs\\x\\my_run.py',
+                             '--work-dir', 'work_dirs\\my_run', '--resume']
+    assert tensorboard_calls(sandbox) == [
+        ['--logdir', 'work_dirs\\my_run', '--port', '6006']]
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_missing_venv_runs_setup_first(sandbox):
+    result = sandbox.run('train_with_tensorboard.bat',
+                         until=sandbox.tensorboard_and_browser_started)
+    assert result.returncode == 0, result
+    assert '.venv not found: running tools\\setup_env.bat first' in \
+        result.output
+    calls = sandbox.calls('python')
+    assert calls[0]['args'][:2] == ['-m', 'venv']
+    assert same_path(calls[0]['args'][2], sandbox.path('.venv'))
+    (train,) = train_calls(sandbox)
+    # The set-up's venv trains, activated in the launcher's UTF-8 console.
+    assert same_path(train['exe'],
+                     sandbox.path('.venv', 'Scripts', 'python.exe')), train
+    assert train['env']['MMSAFE_STUB_CODEPAGE'].endswith('65001'), train
+    assert calls.index(train) > max(
+        i for i, c in enumerate(calls) if c['args'][:3] == [
+            '-m', 'pip', 'install'])
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_training_failure_shows_log_tail_and_exits_1(sandbox):
+    sandbox.make_venv('torch', 'mmcv', 'mmsafe')
+    result = sandbox.run('train_with_tensorboard.bat', '', '',
+                         'work_dirs\\bad',
+                         env=dict(MMSAFE_STUB_TRAIN_RC='3'),
+                         until=sandbox.tensorboard_and_browser_started)
+    assert result.returncode == 1, result
+    assert 'training FAILED. Last lines of the newest log:' in result.output
+    # The last 40 lines of the newest log, nothing before them.
+    assert 'log line 60' in result.output and 'log line 21' in result.output
+    assert 'log line 20\n' not in result.output
+    (ps,) = sandbox.calls('powershell')
+    assert "-Path 'work_dirs\\bad'" in ps['args'][-1]
+    assert 'training finished' not in result.output
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_setup_env_fresh_install_order(sandbox):
+    result = sandbox.run('setup_env.bat')
+    assert result.returncode == 0, result
+    calls = [c['args'] for c in sandbox.calls('python')]
+    pips = [a[3:] for a in calls if a[:3] == ['-m', 'pip', 'install']]
+    assert calls[0][:2] == ['-m', 'venv']
+    assert same_path(calls[0][2], sandbox.path('.venv'))
+    assert same_path(pips[-1].pop(), sandbox.path())
+    assert pips == [
+        ['torch==2.13.0'],
+        ['setuptools<70', 'wheel', 'ninja', 'packaging'],
+        ['--only-binary=mmcv', '--no-deps', '--timeout', '10', '--retries',
+         '0', '-f', 'https://download.openmmlab.com/mmcv/dist/cpu/torch2.13/'
+         'index.html', 'mmcv==2.1.0'],
+        ['mmengine==0.10.7', 'mmdet==3.3.0', 'tensorboard', 'pytest',
+         'pytest-timeout', 'psutil'],
+        ['--no-deps', '--no-build-isolation', '-e']]
+    assert '[setup_env] ok:' in result.output
+    # Run again on the ready environment: it only verifies.
+    os.remove(sandbox.record)
+    again = sandbox.run('setup_env.bat')
+    assert again.returncode == 0, again
+    assert 'environment ready' in again.output
+    assert [c['args'] for c in sandbox.calls('python')] == [
+        ['-c', 'import mmsafe']]
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_setup_env_source_build_and_failure(sandbox):
+    result = sandbox.run('setup_env.bat', env=dict(
+        MMSAFE_MMCV_INDEX='none', MMSAFE_STUB_FAIL='mmdet==3.3.0'))
+    assert result.returncode == 1, result
+    assert '[setup_env] FAILED, see the messages above.' in result.output
+    calls = sandbox.calls('python')
+    (build,) = [c for c in calls if 'mmcv==2.1.0' in c['args']]
+    assert build['args'][3:] == ['--no-build-isolation', 'mmcv==2.1.0']
+    assert build['env']['MMCV_WITH_OPS'] == '1'
+    # Nothing is installed after the failing step.
+    assert not any('-e' in c['args'] for c in calls)
+
+
+# --- tools/train_with_tensorboard.sh with a real TensorBoard ---------------
+
+def _get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read().decode('utf-8'))
+
+
+def _scalar_tags(port):
+    """{run: [tags]} that TensorBoard serves, {} while it is not up."""
+    try:
+        tags = _get_json(f'http://127.0.0.1:{port}/data/plugin/scalars/tags')
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return {}
+    return {run: sorted(run_tags) for run, run_tags in tags.items()}
+
+
+@pytest.mark.timeout(600)
+def test_linux_launcher_trains_and_tensorboard_serves_the_run(tmp_path):
+    from tests.tools.test_train_cli import DEMO, shrink
+    port = free_port()
+    work_dir = str(tmp_path / 'work')
+    launcher = osp.join(REPO_ROOT, 'tools', 'train_with_tensorboard.sh')
+    env = dict(os.environ, MMSAFE_NO_BROWSER='1', PYTHON=sys.executable,
+               PYTHONPATH=REPO_ROOT)
+    master, slave = pty.openpty()  # a terminal: the launcher waits for Enter
+    try:
+        proc = spawn(
+            ['bash', launcher, DEMO, str(port), work_dir, '--cfg-options',
+             *shrink(str(tmp_path / 'llvip') + '/'),
+             'train_cfg.val_interval=1', 'default_hooks.logger.interval=1'],
+            cwd=REPO_ROOT, env=env, stdin=slave, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT)
+    finally:
+        os.close(slave)
+    output = []
+    reader = threading.Thread(
+        # Raw reads: the launcher's prompt ends without a newline.
+        target=lambda: output.extend(
+            iter(lambda: os.read(proc.stdout.fileno(), 65536), b'')),
+        daemon=True)
+    reader.start()
+    text = lambda: b''.join(output).decode('utf-8', 'replace')  # noqa: E731
+    deadline = time.monotonic() + time_left_in_test(540)
+    wanted = {'train/loss_macl', 'val/pascal_voc/mAP'}
+    try:
+        # Training ends, then the launcher keeps TensorBoard up.
+        while ('press Enter to stop it' not in text()
+               and proc.poll() is None and time.monotonic() < deadline):
+            time.sleep(0.5)
+        assert 'press Enter to stop it' in text(), text()[-6000:]
+        assert osp.exists(osp.join(work_dir, 'epoch_1.pth')), text()[-6000:]
+        # TensorBoard (re)loads the event files in the work dir.
+        served = {}
+        while time.monotonic() < deadline:
+            served = _scalar_tags(port)
+            if any(wanted <= set(tags) for tags in served.values()):
+                break
+            time.sleep(1)
+        runs = [run for run, tags in served.items() if wanted <= set(tags)]
+        assert runs, (served, text()[-4000:])
+        (run,) = runs
+        event_dirs = glob.glob(osp.join(work_dir, '*', 'vis_data'))
+        assert [osp.relpath(d, work_dir) for d in event_dirs] == [run]
+        for tag in sorted(wanted):
+            query = urllib.parse.urlencode(dict(run=run, tag=tag))
+            points = _get_json(f'http://127.0.0.1:{port}/data/plugin/scalars/'
+                               f'scalars?{query}')
+            assert points, tag
+            values = [value for _, _, value in points]
+            assert all(v == v and abs(v) < float('inf') for v in values), (
+                tag, points)
+            if tag == 'train/loss_macl':
+                assert min(values) > 0, points
+            else:  # one validation per epoch, one epoch
+                assert len(points) == 1 and 0 <= values[0] <= 1, points
+        # Enter stops TensorBoard and ends the launcher with training's code.
+        os.write(master, b'\n')
+        proc.wait(timeout=max(1, deadline - time.monotonic()))
+        assert proc.returncode == 0, text()[-6000:]
+        assert _scalar_tags(port) == {}, 'TensorBoard still serving'
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
+        reader.join(timeout=10)
+        os.close(master)
