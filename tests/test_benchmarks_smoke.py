@@ -56,7 +56,8 @@ def test_guard_overhead_ddp(tmp_path):
     # the log interval and at the last iteration (inside the counted block).
     match = re.search(rf'added on ordinary steps: (-?{NUMBER})', out)
     assert match and float(match.group(1)) == 0.0, out[-3000:]
-    match = re.search(rf'monitoring all-reduce .*: ({NUMBER})', out)
+    match = re.search(rf'monitoring all-reduce \(log interval and last '
+                      rf'iteration\): ({NUMBER});', out)
     assert match and float(match.group(1)) > 0.0, out[-3000:]
 
 

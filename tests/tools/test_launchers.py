@@ -170,7 +170,7 @@ def test_default_config_port_and_work_dir(sandbox):
     assert not any(c['args'][:2] == ['-m', 'venv']
                    for c in sandbox.calls('python'))
     assert 'FAILED' not in result.output
-    assert 'training finished' in result.output
+    assert 'training finished' in result.flat
 
 
 @needs_wine
@@ -238,13 +238,13 @@ def test_training_failure_shows_log_tail_and_exits_1(sandbox):
                          env=dict(MMSAFE_STUB_TRAIN_RC='3'),
                          until=sandbox.tensorboard_and_browser_started)
     assert result.returncode == 1, result
-    assert 'training FAILED. Last lines of the newest log:' in result.output
+    assert 'training FAILED. Last lines of the newest log:' in result.flat
     # The last 40 lines of the newest log, nothing before them.
     assert 'log line 60' in result.output and 'log line 21' in result.output
     assert 'log line 20\n' not in result.output
     (ps,) = sandbox.calls('powershell')
     assert "-Path 'work_dirs\\bad'" in ps['args'][-1]
-    assert 'training finished' not in result.output
+    assert 'training finished' not in result.flat
 
 
 @needs_wine
@@ -266,12 +266,12 @@ def test_setup_env_fresh_install_order(sandbox):
         ['mmengine==0.10.7', 'mmdet==3.3.0', 'tensorboard', 'pytest',
          'pytest-timeout', 'psutil'],
         ['--no-deps', '--no-build-isolation', '-e']]
-    assert '[setup_env] ok:' in result.output
+    assert '[setup_env] ok:' in result.flat
     # Run again on the ready environment: it only verifies.
     os.remove(sandbox.record)
     again = sandbox.run('setup_env.bat')
     assert again.returncode == 0, again
-    assert 'environment ready' in again.output
+    assert 'environment ready' in again.flat
     assert [c['args'] for c in sandbox.calls('python')] == [
         ['-c', 'import mmsafe']]
 
@@ -282,7 +282,7 @@ def test_setup_env_source_build_and_failure(sandbox):
     result = sandbox.run('setup_env.bat', env=dict(
         MMSAFE_MMCV_INDEX='none', MMSAFE_STUB_FAIL='mmdet==3.3.0'))
     assert result.returncode == 1, result
-    assert '[setup_env] FAILED, see the messages above.' in result.output
+    assert '[setup_env] FAILED, see the messages above.' in result.flat
     calls = sandbox.calls('python')
     (build,) = [c for c in calls if 'mmcv==2.1.0' in c['args']]
     assert build['args'][3:] == ['--no-build-isolation', 'mmcv==2.1.0']

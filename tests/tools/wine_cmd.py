@@ -5,14 +5,17 @@ pseudo-terminal: wine's console (and so ``chcp``) needs one, and keystrokes
 answer ``pause``. Every run has a hard deadline; the process group and the
 prefix's wineserver are killed at its end, whatever happened.
 """
+import fcntl
 import os
 import os.path as osp
 import pty
 import re
 import select
 import shutil
+import struct
 import subprocess
 import tempfile
+import termios
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -47,6 +50,12 @@ class WineResult:
         self.returncode = returncode
         self.output = output
         self.timed_out = timed_out
+
+    @property
+    def flat(self) -> str:
+        """The output without line breaks: wine's console breaks long lines
+        (and the next one) at its own width, whatever the terminal's."""
+        return self.output.replace('\r', '').replace('\n', '')
 
     def __repr__(self):
         return (f'WineResult(rc={self.returncode}, '
@@ -91,6 +100,10 @@ class WineCmd:
     def _spawn(self, argv, env, timeout, cwd=None,
                until=None) -> WineResult:
         master, slave = pty.openpty()
+        # A wide terminal: wine's console wraps lines at the terminal width,
+        # and the output is compared line by line.
+        fcntl.ioctl(slave, termios.TIOCSWINSZ,
+                    struct.pack('HHHH', 50, 1000, 0, 0))
         try:
             proc = spawn(argv, cwd=cwd, env=env, stdin=slave, stdout=slave,
                          stderr=slave)
