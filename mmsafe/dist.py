@@ -43,7 +43,6 @@ Rules that keep ranks in step:
 * nothing here returns early before a collective.
 """
 import logging
-import math
 import zlib
 from typing import Any, Dict, List, Optional, Sequence
 

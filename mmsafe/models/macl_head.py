@@ -185,9 +185,6 @@ class MACLHead(BaseModule):
         #: Number of candidates per query in the latest contrast (chance
         #: level of the loss is ln of it); 0 before the first call.
         self.last_num_pairs = 0
-        #: Unweighted loss of the latest contrast (detached; None before
-        #: the first call or after a batch with nothing to contrast).
-        self.last_unweighted_loss: Optional[Tensor] = None
         self.num_calls = 0
         self.num_small_batches = 0
         self._center_started: Optional[bool] = None
@@ -337,7 +334,6 @@ class MACLHead(BaseModule):
         logged: Dict[str, Tensor] = {}
         if num_local < 1 or num_keys < 2:
             loss = self._connected_zero(vis, ir, vis_emb, ir_emb)
-            self.last_unweighted_loss = None
             self.num_small_batches += 1
             if self.num_small_batches == 1:
                 names = []
@@ -357,7 +353,6 @@ class MACLHead(BaseModule):
             logits_i2v = ir_emb @ vis_keys.t() / temperature
             loss = 0.5 * (F.cross_entropy(logits_v2i, labels) +
                           F.cross_entropy(logits_i2v, labels))
-            self.last_unweighted_loss = loss.detach()
             logged['macl_infonce'] = loss.detach()
             logged['macl_chance_ratio'] = loss.detach() / math.log(num_keys)
             loss = self.loss_weight * loss

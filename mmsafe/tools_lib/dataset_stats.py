@@ -22,7 +22,6 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, Dataset
 
 MODALITIES = ('visible', 'infrared')

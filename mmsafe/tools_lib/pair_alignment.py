@@ -137,7 +137,6 @@ def measure_alignment(visible,
     my = max(1, int(round(max_shift * h)))
     direct = _match(vis_map, ir_map, mx, my)
     mirror = _match(vis_map, np.ascontiguousarray(ir_map[:, ::-1]), mx, my)
-    corr = float(direct[my, mx])
     # registration tolerance: the best match within min_shift counts as
     # the unshifted one
     near = direct[max(0, my - min_shift + 1):my + min_shift,

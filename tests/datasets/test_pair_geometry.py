@@ -14,8 +14,7 @@ from mmengine.config import Config
 
 import mmsafe  # noqa: F401  (registers)
 from mmdet.registry import DATASETS, TRANSFORMS
-from mmsafe.datasets.pipeline_check import (UnpairedTransformError,
-                                            config_pipeline_problems)
+from mmsafe.datasets.pipeline_check import config_pipeline_problems
 from mmsafe.datasets.transforms import PairedCompose, PairGeometryError
 from tests.datasets.test_paired_transforms import (H, W, alignment_errors,
                                                    paired_results)

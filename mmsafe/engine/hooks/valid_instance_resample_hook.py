@@ -84,13 +84,14 @@ class ValidInstanceResampleHook(Hook):
                 if self.resampled == self.log_first:
                     log('ValidInstanceResampleHook: further replacements '
                         'are counted, not logged one by one')
-        if sync.sync(runner):
-            total = int(sync.last(RESAMPLED))
-            if total:
-                self.all_ranks += total
-                log(f'ValidInstanceResampleDataset: {total} samples without '
-                    'valid instances were replaced up to Iter(train) '
-                    f'{it} since the last report, on {get_world_size()} '
-                    f'rank(s) ({self.all_ranks} in all)', logging.WARNING)
-        update_counters('valid_instance_resample', resampled=self.resampled,
-                        tries=self.tries, all_ranks=self.all_ranks)
+        total = int(sync.last(RESAMPLED)) if sync.sync(runner) else 0
+        if total:
+            self.all_ranks += total
+            log(f'ValidInstanceResampleDataset: {total} samples without '
+                'valid instances were replaced up to Iter(train) '
+                f'{it} since the last report, on {get_world_size()} '
+                f'rank(s) ({self.all_ranks} in all)', logging.WARNING)
+        if found or total:
+            update_counters('valid_instance_resample',
+                            resampled=self.resampled, tries=self.tries,
+                            all_ranks=self.all_ranks)

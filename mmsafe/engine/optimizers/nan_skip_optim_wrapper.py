@@ -161,7 +161,6 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self.recent_bad: deque = deque(maxlen=max(5, max_consecutive_skips))
         self._window: List[dict] = []
         self._skip_request: Optional[str] = None
-        self.last_step_skipped = False
         self._batch_files: List[str] = []
         self._model_ref = None
         self._param_names: Dict[int, str] = {}
@@ -251,7 +250,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
             ones = torch.ones_like(loss)
             kwargs['gradient'] = torch.where(finite, ones, ones * math.nan)
         self._window.append(
-            dict(iter=current_iter(), loss=detached, finite=finite,
+            dict(iter=current_iter(), loss=detached,
                  files=list(self._batch_files), request=self._skip_request))
         self._skip_request = None
         self._backward(loss, **kwargs)
@@ -287,7 +286,6 @@ class NaNSkipOptimWrapper(OptimWrapper):
         if window and all(requests):
             reasons.extend(r for r in dict.fromkeys(requests)
                            if r not in reasons)
-        self.last_step_skipped = bool(reasons)
         if reasons:
             self._skip(reasons, window, grad_norm)
         else:
