@@ -1,6 +1,6 @@
 """Load a visible image and its infrared partner."""
 import logging
-from typing import Optional
+from typing import Any, Optional
 
 import mmcv
 import numpy as np
@@ -74,45 +74,46 @@ class LoadPairedImageFromFile(LoadImageFromFile):
         self.on_size_mismatch = on_size_mismatch
         self._resize_logged = False
 
-    def _get(self, path: str, which: str, pair: str) -> Optional[bytes]:
+    def _guarded(self, what: str, path: str, which: str, pair: str, fn,
+                 *args) -> Any:
+        """``fn(*args)``; a failure is None with ``ignore_empty``, else an
+        OSError naming the file and its pair."""
         try:
-            return fileio.get(path, backend_args=self.backend_args)
+            return fn(*args)
         except Exception as e:
             if self.ignore_empty:
                 return None
-            raise OSError(f'LoadPairedImageFromFile: cannot read the {which} '
-                          f'image {path} ({type(e).__name__}: {e}); '
+            raise OSError(f'LoadPairedImageFromFile: cannot read {what} '
+                          f'{which} image {path} ({type(e).__name__}: {e}); '
                           f'pair: {pair}') from e
 
+    def _get(self, path: str, which: str, pair: str) -> Optional[bytes]:
+        return self._guarded(
+            'the', path, which, pair,
+            lambda: fileio.get(path, backend_args=self.backend_args))
+
     def _decode(self, img_bytes: bytes, path: str, flag: str, which: str,
-                pair: str, reduction: int) -> tuple:
-        try:
+                pair: str, reduction: int) -> Optional[tuple]:
+        """``(image, reduction used)``, or None with ``ignore_empty``."""
+
+        def decode_image():
+            used = reduction
             if reduction > 1:
-                img, reduction = decode(img_bytes, flag, reduction,
-                                        type(self).__name__, path)
+                img, used = decode(img_bytes, flag, reduction,
+                                   type(self).__name__, path)
             else:
                 img = mmcv.imfrombytes(
                     img_bytes, flag=flag, backend=self.imdecode_backend)
             if img is None:
                 raise ValueError('the file could not be decoded as an image')
-        except Exception as e:
-            if self.ignore_empty:
-                return None, reduction
-            raise OSError(f'LoadPairedImageFromFile: cannot read the {which} '
-                          f'image {path} ({type(e).__name__}: {e}); '
-                          f'pair: {pair}') from e
-        return img, reduction
+            return img, used
+
+        return self._guarded('the', path, which, pair, decode_image)
 
     def _size(self, img_bytes: bytes, path: str, which: str,
               pair: str) -> Optional[tuple]:
-        try:
-            return image_size(img_bytes)
-        except Exception as e:
-            if self.ignore_empty:
-                return None
-            raise OSError(f'LoadPairedImageFromFile: cannot read the size '
-                          f'of the {which} image {path} '
-                          f'({type(e).__name__}: {e}); pair: {pair}') from e
+        return self._guarded('the size of the', path, which, pair,
+                             image_size, img_bytes)
 
     def transform(self, results: dict) -> Optional[dict]:
         """Load both images of the pair.
@@ -146,12 +147,13 @@ class LoadPairedImageFromFile(LoadImageFromFile):
             # one reduction for both modalities
             reduction = min(choose_reduction(vis_size, self.reduced_decode),
                             choose_reduction(ir_size, self.reduced_decode))
-        img, vis_red = self._decode(img_bytes, img_path, self.color_type,
-                                    'visible', pair, reduction or 1)
-        ir_img, ir_red = self._decode(ir_bytes, ir_path, self.ir_color_type,
-                                      'infrared', pair, reduction or 1)
-        if img is None or ir_img is None:
+        vis = self._decode(img_bytes, img_path, self.color_type, 'visible',
+                           pair, reduction or 1)
+        ir = self._decode(ir_bytes, ir_path, self.ir_color_type, 'infrared',
+                          pair, reduction or 1)
+        if vis is None or ir is None:
             return None
+        (img, vis_red), (ir_img, ir_red) = vis, ir
         if ir_img.ndim == 2:
             ir_img = np.repeat(ir_img[..., None], 3, axis=2)
         if reduction is None:
