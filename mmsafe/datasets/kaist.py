@@ -14,7 +14,8 @@ from mmsafe.events import log
 from .pipeline_check import assert_paired_pipeline
 from .transforms import paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
-                      handle_missing_pairs, missing_side)
+                      handle_missing_pairs, missing_side,
+                      raise_missing_annotations)
 
 KAIST_PREFIX = dict(img='images/', ann='annotations/')
 _FRAME = re.compile(r'(set\d+)[/_\\](V\d+)[/_\\](?:visible[/_\\]|lwir[/_\\])?'
@@ -161,12 +162,9 @@ class KAISTDataset(BaseDetDataset):
                 missing_ann.append(ann)
                 continue
             entries.append((f'{set_id}/{video}/{frame}', vis, ir, ann))
-        if missing_ann:
-            listing = '\n'.join(f'  {p}' for p in missing_ann[:5])
-            raise FileNotFoundError(
-                f'{owner}: {len(missing_ann)} of {len(frames)} frames have no '
-                f'annotation file (ann_name={self.ann_name!r}). First:\n'
-                f'{listing}')
+        raise_missing_annotations(
+            owner, missing_ann, len(frames),
+            f'frames have no annotation file (ann_name={self.ann_name!r})')
         handle_missing_pairs(owner, missing, len(frames),
                              self.on_missing_pair)
         data_list = [self.parse_data_info(dict(

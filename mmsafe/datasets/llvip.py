@@ -12,7 +12,8 @@ from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 from mmsafe.events import log
 from .pairing import (MissingPair, check_missing_pair_policy,
-                      handle_missing_pairs, missing_side)
+                      handle_missing_pairs, missing_side,
+                      raise_missing_annotations)
 from .synthetic_llvip import ensure_synthetic_llvip
 from .pipeline_check import assert_paired_pipeline
 from .transforms import paired_pipeline
@@ -188,12 +189,9 @@ class LLVIPDataset(BaseDetDataset):
                 missing_ann.append(xml_path)
                 continue
             entries.append((stem, img_path, ir_path, xml_path))
-        if missing_ann:
-            listing = '\n'.join(f'  {p}' for p in missing_ann[:5])
-            raise FileNotFoundError(
-                f'{owner}: {len(missing_ann)} of {len(names)} images have no '
-                f'annotation xml in {self.data_prefix["ann"]}. First:\n'
-                f'{listing}')
+        raise_missing_annotations(
+            owner, missing_ann, len(names),
+            f'images have no annotation xml in {self.data_prefix["ann"]}')
         if not names:
             raise FileNotFoundError(
                 f'{owner}: no images found (ann_file={self.ann_file!r})')

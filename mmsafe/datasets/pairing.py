@@ -46,6 +46,25 @@ def describe_missing(missing: Sequence[MissingPair],
     return '\n'.join(lines)
 
 
+def raise_missing_annotations(owner: str, paths: Sequence[str], total: int,
+                              what: str) -> None:
+    """Raise ``FileNotFoundError`` naming the first annotation files that
+    are missing (nothing when ``paths`` is empty).
+
+    Args:
+        owner (str): who checks, for the message.
+        paths (list[str]): the missing annotation files.
+        total (int): number of samples checked.
+        what (str): what lacks them, e.g. ``'images have no annotation xml
+            in Annotations/'``.
+    """
+    if not paths:
+        return
+    listing = '\n'.join(f'  {p}' for p in list(paths)[:NUM_NAMED])
+    raise FileNotFoundError(f'{owner}: {len(paths)} of {total} {what}. '
+                            f'First:\n{listing}')
+
+
 def handle_missing_pairs(owner: str, missing: List[MissingPair], total: int,
                          policy: str) -> None:
     """Raise or log for samples without a partner image.
