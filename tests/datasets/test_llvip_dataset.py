@@ -102,6 +102,16 @@ def test_missing_partner_is_an_error_naming_count_and_files(llvip):
     assert "on_missing_pair='skip'" in msg
 
 
+def test_missing_annotation_is_an_error_naming_the_file(llvip):
+    root, _ = llvip
+    os.remove(osp.join(root, 'Annotations', '010003.xml'))
+    with pytest.raises(FileNotFoundError) as err:
+        build(root)
+    msg = str(err.value)
+    assert '1 of 5 images have no annotation xml in' in msg
+    assert osp.join('Annotations', '010003.xml') in msg
+
+
 def test_missing_visible_listed_in_imagesets_is_a_missing_pair(llvip):
     root, _ = llvip
     os.makedirs(osp.join(root, 'ImageSets'))
