@@ -169,7 +169,7 @@ def test_default_config_port_and_work_dir(sandbox):
     # A ready venv: no set-up, no failure path.
     assert not any(c['args'][:2] == ['-m', 'venv']
                    for c in sandbox.calls('python'))
-    assert 'FAILED' not in result.output
+    assert 'FAILED' not in result.flat
     assert 'training finished' in result.flat
 
 
