@@ -7,7 +7,6 @@ import torch
 from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 
-from mmsafe.dist import MonitorSync
 from mmsafe.engine.optimizers import AmpNaNSkipOptimWrapper
 from tests.engine.identity_toys import ReferenceCpuAmpOptimWrapper
 from tests.engine.step_toys import StepToyDataset, StepToyDetector
@@ -24,11 +23,9 @@ LOSS_SCALES = {
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    MonitorSync.reset()
     hub = MessageHub.get_instance('test_amp_matrix')
     hub.update_info('iter', 0)
     yield hub
-    MonitorSync.reset()
 
 
 def train(wrapper_cls, batches, dtype, loss_scale, clip_grad):

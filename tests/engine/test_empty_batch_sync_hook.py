@@ -9,7 +9,6 @@ from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 from mmengine.optim import OptimWrapper
 
-from mmsafe.dist import MonitorSync
 from mmsafe.engine.hooks import EmptyBatchSyncHook
 from mmsafe.engine.hooks.empty_batch_sync_hook import is_empty_batch
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
@@ -20,11 +19,9 @@ from tests.engine.step_toys import StepToyDataset, StepToyDetector
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    MonitorSync.reset()
     hub = MessageHub.get_instance('test_empty_batch')
     hub.update_info('iter', 0)
     yield hub
-    MonitorSync.reset()
 
 
 def test_empty_batch_detection():
@@ -46,6 +43,7 @@ def test_empty_batch_loss_reaches_every_parameter(tmp_path, wrapper_cls):
     runner = SimpleNamespace(model=model, optim_wrapper=wrapper, iter=0,
                              work_dir=str(tmp_path))
     hook = EmptyBatchSyncHook()
+    hook.before_run(runner)
     hook.before_train(runner)
     seen = {}
     for name, p in model.named_parameters():

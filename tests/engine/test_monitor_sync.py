@@ -1,29 +1,33 @@
 """MonitorSync: monitoring values travel at the log interval, in one
 fixed-size all-reduce, and every rank reads the same sums."""
-import os.path as osp
 import sys
 import textwrap
 from types import SimpleNamespace
 
 import pytest
 
-from mmsafe.dist import MAX_NAMES, MonitorSync
+from mmsafe.engine.monitor_sync import (MAX_NAMES, MonitorSync,
+                                        monitor_sync_of)
 from tests.utils import REPO_ROOT, free_port, run_command
 
 
 @pytest.fixture
 def sync():
-    MonitorSync.reset()
-    yield MonitorSync.get()
-    MonitorSync.reset()
+    return MonitorSync()
 
 
 def runner_at(it, max_iters=100):
     return SimpleNamespace(iter=it, max_iters=max_iters, hooks=[])
 
 
-def test_get_is_process_wide(sync):
-    assert MonitorSync.get() is sync
+def test_owner_is_the_runner_or_the_calling_hook(sync):
+    owned = SimpleNamespace(monitor_sync=sync)
+    assert monitor_sync_of(owned) is sync
+    # A runner without one: every caller gets its own instance.
+    plain = SimpleNamespace()
+    first, second = monitor_sync_of(plain), monitor_sync_of(plain)
+    assert isinstance(first, MonitorSync) and first is not second
+    assert not hasattr(plain, 'monitor_sync')
 
 
 def test_posts_add_up_and_single_process_syncs_every_iteration(sync):
@@ -56,17 +60,13 @@ def test_undeclared_name_and_capacity(sync):
 
 
 DIST_SCRIPT = '''
-import importlib.util
 import os
 import sys
 from types import SimpleNamespace
 import torch.distributed as dist
 dist.init_process_group('gloo')
-# mmsafe/dist.py needs only torch and MMEngine: load it without importing
-# MMDetection (the package's registrations) to keep the test short.
-spec = importlib.util.spec_from_file_location('mmsafe_dist', sys.argv[1])
-mmsafe_dist = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mmsafe_dist)
+sys.path.insert(0, sys.argv[1])
+from mmsafe.engine.monitor_sync import MonitorSync
 rank = dist.get_rank()
 calls = []
 original = dist.all_reduce
@@ -85,7 +85,7 @@ def say(*args):
     os.write(1, (' '.join(map(str, args)) + '\\n').encode())
 
 
-s = mmsafe_dist.MonitorSync(interval=5)
+s = MonitorSync(interval=5)
 s.declare('empty_batch')
 s.declare('loss_sum')
 synced = []
@@ -118,7 +118,7 @@ def test_two_ranks_sync_at_the_interval_and_mismatch_raises_everywhere(
     result = run_command(
         [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
          '--master_addr=127.0.0.1', f'--master_port={free_port()}',
-         str(script), osp.join(REPO_ROOT, 'mmsafe', 'dist.py')],
+         str(script), REPO_ROOT],
         timeout=180)
     assert not result.timed_out, result
     assert result.returncode == 0, result

@@ -15,7 +15,6 @@ from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 
-from mmsafe.dist import MonitorSync
 from mmsafe.engine.optimizers import (AmpNaNSkipOptimWrapper,
                                       NaNSkipOptimWrapper)
 from mmsafe.events import read_events
@@ -26,11 +25,9 @@ from tests.utils import REPO_ROOT
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    MonitorSync.reset()
     hub = MessageHub.get_instance('test_nan_skip')
     hub.update_info('iter', 0)
     yield hub
-    MonitorSync.reset()
 
 
 def batch(dataset, *indices):

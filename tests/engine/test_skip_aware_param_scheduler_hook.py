@@ -9,7 +9,6 @@ from mmengine.hooks import ParamSchedulerHook
 from mmengine.logging import MessageHub
 from mmengine.optim import LinearLR
 
-from mmsafe.dist import MonitorSync
 from mmsafe.engine.hooks import SkipAwareParamSchedulerHook
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from tests.engine.step_toys import StepToyDataset, StepToyDetector
@@ -17,10 +16,8 @@ from tests.engine.step_toys import StepToyDataset, StepToyDetector
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    MonitorSync.reset()
     hub = MessageHub.get_instance('test_skip_aware_scheduler')
     yield hub
-    MonitorSync.reset()
 
 
 def lrs(hook, nan_iters, iters=8, accumulative_counts=1):

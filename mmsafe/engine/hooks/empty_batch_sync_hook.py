@@ -8,8 +8,9 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
-from mmsafe.dist import (MonitorSync, all_reduce_sum, get_rank,
+from mmsafe.dist import (all_reduce_sum, get_rank,
                          get_world_size, is_distributed)
+from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
 EMPTY_BATCH = 'empty_batch'
@@ -72,8 +73,8 @@ class EmptyBatchSyncHook(Hook):
       signal at all (zero gradient on every rank) is skipped by mmsafe's
       optim wrappers on their own;
     * the count of empty batches over all ranks travels with mmsafe's other
-      monitoring values at the log interval (:class:`~mmsafe.dist.
-      MonitorSync`): no collective on an ordinary iteration.
+      monitoring values at the log interval (:class:`MonitorSync`): no
+      collective on an ordinary iteration.
 
     Args:
         skip_all_empty (bool): opt in to skipping the optimizer step when
@@ -92,7 +93,7 @@ class EmptyBatchSyncHook(Hook):
                  always_connect: bool = False) -> None:
         self.skip_all_empty = skip_all_empty
         self.always_connect = always_connect
-        MonitorSync.get().declare(EMPTY_BATCH)
+        self._sync = None
         self._empty = False
         # Only the forward of a training iteration is touched (set between
         # before_train_iter and after_train_iter): a loss forward that some
@@ -105,6 +106,10 @@ class EmptyBatchSyncHook(Hook):
                                              all_empty_iters=0)
 
     # ------------------------------------------------------------------ #
+    def before_run(self, runner) -> None:
+        self._sync = monitor_sync_of(runner)
+        self._sync.declare(EMPTY_BATCH)
+
     def before_train(self, runner) -> None:
         """Hook the model's forward; check the opt-in's requirement."""
         from mmsafe.engine.optimizers import NaNSkipOptimWrapper
@@ -142,7 +147,7 @@ class EmptyBatchSyncHook(Hook):
                 f'parameter. files={self._files}', logging.INFO)
             write_event(runner.work_dir, 'empty_batch', iter=runner.iter,
                         files=self._files)
-        MonitorSync.get().post(EMPTY_BATCH, 1.0 if empty else 0.0)
+        self._sync.post(EMPTY_BATCH, 1.0 if empty else 0.0)
         if self.skip_all_empty:
             # The opt-in's own collective, on every rank, every iteration.
             num_empty = all_reduce_sum([1.0 if empty else 0.0])[0]
@@ -156,7 +161,7 @@ class EmptyBatchSyncHook(Hook):
                          outputs: Optional[dict] = None) -> None:
         """Report the empty batches of all ranks at the log interval."""
         self._in_train_iter = False
-        sync = MonitorSync.get()
+        sync = self._sync
         if sync.sync(runner):
             num_empty = int(sync.last(EMPTY_BATCH))
             if num_empty:

@@ -11,7 +11,8 @@ from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
 
-from mmsafe.dist import MonitorSync, get_rank
+from mmsafe.dist import get_rank
+from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -86,7 +87,7 @@ class LossDictLintHook(Hook):
        rest of the run draws the same random numbers as without the lint.
 
     Each rank logs its own findings at once. Their count travels with
-    mmsafe's other monitoring values (:class:`~mmsafe.dist.MonitorSync`: at
+    mmsafe's other monitoring values (:class:`MonitorSync`: at
     the same iteration in a single process, at the first log interval under
     DDP), so with ``policy='raise'`` every rank raises at the same
     iteration, and a rank without findings of its own says which ranks had
@@ -128,7 +129,7 @@ class LossDictLintHook(Hook):
         self._done = False
         self._decided = False
         self.last_findings: List[str] = []
-        MonitorSync.get().declare(_FINDINGS)
+        self._sync = None
 
     @staticmethod
     def _unwrap(runner):
@@ -136,6 +137,10 @@ class LossDictLintHook(Hook):
             runner.model) else runner.model
 
     # ------------------------------------------------------------------ #
+    def before_run(self, runner) -> None:
+        self._sync = monitor_sync_of(runner)
+        self._sync.declare(_FINDINGS)
+
     def before_train(self, runner) -> None:
         if self._done:
             return
@@ -217,7 +222,7 @@ class LossDictLintHook(Hook):
         if not self._done:
             self._done = True
             self._lint(runner, data_batch)
-        if not self._decided and MonitorSync.get().sync(runner):
+        if not self._decided and self._sync.sync(runner):
             self._decided = True
             self._decide(runner)
 
@@ -236,7 +241,7 @@ class LossDictLintHook(Hook):
         probe_s = time.perf_counter() - start
         findings = list(dict.fromkeys(findings))
         self.last_findings = findings
-        MonitorSync.get().post(_FINDINGS, float(len(findings)))
+        self._sync.post(_FINDINGS, float(len(findings)))
         update_counters('loss_dict_lint', findings=len(findings),
                         keys=self._keys)
         write_event(runner.work_dir, 'loss_dict_lint', findings=findings,
@@ -252,7 +257,7 @@ class LossDictLintHook(Hook):
             '\n  - '.join(findings), logging.ERROR)
 
     def _decide(self, runner) -> None:
-        sync = MonitorSync.get()
+        sync = self._sync
         total = int(sync.last(_FINDINGS))
         if total == 0 or self.policy != 'raise':
             return

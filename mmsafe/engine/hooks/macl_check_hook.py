@@ -8,7 +8,8 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
-from mmsafe.dist import MonitorSync, get_rank, get_world_size
+from mmsafe.dist import get_rank, get_world_size
+from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
 
@@ -16,7 +17,7 @@ _POLICIES = ('warn', 'raise')
 _PREFIX = 'macl_check/'
 #: Problems of the loss itself, checked every iteration on every rank.
 _PROBLEMS = ('missing', 'nonfinite', 'zero', 'constant', 'unreached')
-# Values every rank posts to the monitor sync (declared in __init__).
+# Values every rank posts to the monitor sync (declared in before_run).
 _NAMES = ('seen', ) + _PROBLEMS + ('ratio_sum', 'ratio_count', 'gap_sum',
                                     'gap_count')
 _DESCRIBE = dict(
@@ -43,7 +44,7 @@ class MACLCheckHook(Hook):
     Everything is read from what MMEngine logged for the iteration (the
     loss dict's values, already on the host): no device read, no call into
     the model. Each rank posts what it saw to
-    :class:`~mmsafe.dist.MonitorSync`; at the next sync (every iteration in
+    :class:`MonitorSync`; at the next sync (every iteration in
     a single process, the log interval under DDP) every rank sees the same
     sums and warns or raises together, naming the iteration; none hangs.
 
@@ -140,9 +141,7 @@ class MACLCheckHook(Hook):
         self.control_margin = control_margin
         self.constant_iters = max(2, constant_iters)
         self.required = required
-        sync = MonitorSync.get()
-        for name in _NAMES:
-            sync.declare(_PREFIX + name)
+        self._sync = None
         self._active = True
         self._head = None
         self._head_params: List = []
@@ -160,6 +159,11 @@ class MACLCheckHook(Hook):
                           control_warnings=0)
 
     # ------------------------------------------------------------------ #
+    def before_run(self, runner) -> None:
+        self._sync = monitor_sync_of(runner)
+        for name in _NAMES:
+            self._sync.declare(_PREFIX + name)
+
     def before_train(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(
             runner.model) else runner.model
@@ -255,7 +259,7 @@ class MACLCheckHook(Hook):
             return
         iteration = runner.iter + 1
         outputs = outputs or {}
-        sync = MonitorSync.get()
+        sync = self._sync
         value = self._logged_value(runner, outputs, self.loss_key)
         ratio = None
         if value is not None and math.isfinite(value):
@@ -303,7 +307,7 @@ class MACLCheckHook(Hook):
         head_moved = versions[0] != previous[0]
         model_moved = versions[1] != previous[1]
         if model_moved and not head_moved:
-            MonitorSync.get().post(_PREFIX + 'unreached', 1.0)
+            self._sync.post(_PREFIX + 'unreached', 1.0)
             self._report_local(runner, 'unreached', iteration, None)
 
     # ------------------------------------------------------------------ #

@@ -9,8 +9,9 @@ from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
 
-from mmsafe.dist import (MonitorSync, all_gather_object, all_reduce_sum,
+from mmsafe.dist import (all_gather_object, all_reduce_sum,
                          get_rank)
+from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.events import log, update_counters, write_event
 
 _ACTIONS = ('warn', 'stop')
@@ -124,7 +125,7 @@ class ScalarBandsHook(Hook):
       ``after_train``).
 
     Under DDP, training losses differ between ranks: a stop request is
-    posted to :class:`~mmsafe.dist.MonitorSync` and every rank stops at the
+    posted to :class:`MonitorSync` and every rank stops at the
     same iteration, the next sync (the log interval; every iteration in a
     single process), once the summed request is non-zero. Validation
     metrics are decided with one small all-reduce per validation.
@@ -144,10 +145,7 @@ class ScalarBandsHook(Hook):
             raise ValueError('ScalarBandsHook needs at least one band')
         self.save_checkpoint = save_checkpoint
         self._has_train_stop = any(b.action == 'stop' for b in self.bands)
-        if self._has_train_stop:
-            # Declared on every rank (every rank builds the same hooks), so
-            # the sync vector has the same names everywhere.
-            MonitorSync.get().declare(STOP_VOTE)
+        self._sync = None
         self._seen_len: Dict[str, int] = {}
         self._streaks: Dict[tuple, int] = {}
         self._stop_reason: Optional[str] = None
@@ -206,6 +204,13 @@ class ScalarBandsHook(Hook):
         return values
 
     # ------------------------------------------------------------------ #
+    def before_run(self, runner) -> None:
+        self._sync = monitor_sync_of(runner)
+        if self._has_train_stop:
+            # Declared on every rank (every rank builds the same hooks), so
+            # the sync vector has the same names everywhere.
+            self._sync.declare(STOP_VOTE)
+
     def before_train(self, runner) -> None:
         self._training = True
 
@@ -221,7 +226,7 @@ class ScalarBandsHook(Hook):
                            'training')
         if not self._has_train_stop:
             return
-        sync = MonitorSync.get()
+        sync = self._sync
         sync.post(STOP_VOTE, 1.0 if self._stop_reason else 0.0)
         if sync.sync(runner) and sync.last(STOP_VOTE) > 0:
             self._stop(runner, in_train_iter=True)

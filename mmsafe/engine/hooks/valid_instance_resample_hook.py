@@ -9,7 +9,8 @@ from mmdet.registry import HOOKS
 from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
                                                      RESAMPLED_FROM,
                                                      RESAMPLED_FROM_PATH)
-from mmsafe.dist import MonitorSync, get_world_size
+from mmsafe.dist import get_world_size
+from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.events import log, update_counters, write_event
 
 RESAMPLED = 'valid_instance_resample/resampled'
@@ -32,7 +33,7 @@ class ValidInstanceResampleHook(Hook):
       ``mmsafe/valid_instance_resample`` (``resampled``, ``tries``), which
       ``SafetyReportHook`` reports;
     * the count of all ranks travels with mmsafe's other monitoring values
-      (:class:`~mmsafe.dist.MonitorSync`, at the log interval) and is
+      (:class:`MonitorSync`, at the log interval) and is
       logged when it is not zero.
 
     Args:
@@ -48,7 +49,11 @@ class ValidInstanceResampleHook(Hook):
         self.resampled = 0
         self.tries = 0
         self.all_ranks = 0
-        MonitorSync.get().declare(RESAMPLED)
+        self._sync = None
+
+    def before_run(self, runner) -> None:
+        self._sync = monitor_sync_of(runner)
+        self._sync.declare(RESAMPLED)
 
     def after_train_iter(self,
                          runner,
@@ -66,7 +71,7 @@ class ValidInstanceResampleHook(Hook):
                          file=meta.get(RESAMPLED_FROM_PATH),
                          tries=meta.get(RESAMPLE_TRIES),
                          replacement=meta.get('img_path')))
-        sync = MonitorSync.get()
+        sync = self._sync
         sync.post(RESAMPLED, float(len(found)))
         it = runner.iter + 1
         for item in found:
