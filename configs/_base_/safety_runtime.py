@@ -22,6 +22,12 @@
 # that skips a corrupt newest checkpoint).
 custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 
+# MMEngine's Runner plus mmsafe's run-level guarantees (one monitoring
+# all-reduce per log interval for all hooks, clean stop on a hook's request,
+# crash report). MMDetection's tools/train.py and mmsafe's build it from
+# this key.
+runner_type = 'SafeRunner'
+
 # Extra objects a checkpoint may hold beyond what MMEngine/MMDetection need
 # (dotted names). Empty = refuse anything else. Only for files you trust;
 # weights_only stays on. Same as MMSAFE_TRUSTED_GLOBALS=a.B,c.D.

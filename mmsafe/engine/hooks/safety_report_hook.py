@@ -110,7 +110,7 @@ class SafetyReportHook(Hook):
 
         def excepthook(exc_type, exc, tb):
             if not self._finished:
-                self._report_crash(runner, exc)
+                self.report_crash(runner, exc)
             previous(exc_type, exc, tb)
 
         sys.excepthook = excepthook
@@ -137,13 +137,13 @@ class SafetyReportHook(Hook):
             try:
                 return fn(*args, **kwargs)
             except BaseException as exc:
-                self._report_crash(runner, exc)
+                self.report_crash(runner, exc)
                 raise
 
         guarded._mmsafe_safety_report = True
         return guarded
 
-    def _report_crash(self, runner, exc: BaseException) -> None:
+    def report_crash(self, runner, exc: BaseException) -> None:
         if exc is self._reported_exc:
             return
         self._reported_exc = exc
