@@ -79,6 +79,16 @@ def log(message: str, level: int = logging.INFO) -> None:
     print_log(f'[mmsafe] {message}', logger='current', level=level)
 
 
+def log_once(key: str, message: str, level: int = logging.WARNING,
+             _seen: set = set()) -> None:  # noqa: B006 (process-wide memo)
+    """:func:`log` ``message`` the first time ``key`` is seen in this
+    process; later calls with the same key log nothing."""
+    if key in _seen:
+        return
+    _seen.add(key)
+    log(message, level)
+
+
 def update_counters(guard: str, **counts: Any) -> None:
     """Publish a guard's counters in the message hub as ``mmsafe/<guard>``."""
     from mmengine.logging import MessageHub
