@@ -1,7 +1,11 @@
 """mmsafe: safe dual-modality (visible + infrared) detection training.
 
 Importing this package registers every mmsafe component into MMDetection's
-registries (``mmdet.registry``), so a config only needs::
+registries (``mmdet.registry``), ``SafeRunner`` into MMEngine's runner
+registry and the ``atomic_local`` file backend into MMEngine's file
+backends. It changes nothing else: behaviour comes from what a config
+chooses (``runner_type='SafeRunner'``, hook and wrapper types), e.g. with
+``configs/_base_/safety_runtime.py``::
 
     custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 """
@@ -10,7 +14,7 @@ from ._deps import check_dependencies
 check_dependencies()
 
 from .version import __version__  # noqa: E402
-from . import compat  # noqa: E402,F401  (patches first: DDP on CPU, loading)
+from . import checkpoint  # noqa: E402,F401
 from . import datasets  # noqa: E402,F401
 from . import models  # noqa: E402,F401
 from . import engine  # noqa: E402,F401

@@ -1,12 +1,14 @@
-"""Clearer errors for unknown type names in a config.
+"""mmsafe's names in MMDetection's registries, and clearer errors for
+unknown type names in a config.
 
 MMEngine raises ``KeyError: 'Foo is not in the mmdet::model registry'``.
-When that happens we re-raise the same error with the mmsafe names of that
-registry and the closest matches, so a typo such as ``DualStreamFasterRCN``
-points at the right name.
+:func:`explain_unknown_type` turns it into the same error plus the mmsafe
+names of that registry and the closest matches, so a typo such as
+``DualStreamFasterRCN`` points at the right name.
 """
 import difflib
-from typing import Dict, List
+import re
+from typing import Dict, List, Optional
 
 from mmengine.registry import Registry
 
@@ -30,39 +32,31 @@ def mmsafe_registered_names() -> Dict[str, List[str]]:
     return found
 
 
-def _augment(registry: Registry, missing: str, message: str) -> str:
+_MISSING = re.compile(r"`?(\w+)`? is not in the (\S+) registry")
+
+
+def explain_unknown_type(error: KeyError) -> Optional[KeyError]:
+    """A clearer KeyError for MMEngine's "X is not in the mmdet::model
+    registry", or None when ``error`` is not that error.
+
+    The new message keeps MMEngine's and adds the closest mmsafe names
+    (``Did you mean: ...?``) and every name mmsafe registers there. The
+    tools (``tools/train.py``, ``tools/test.py``) raise it from the
+    original error.
+    """
+    message = str(error.args[0]) if error.args else ''
+    match = _MISSING.search(message)
+    if match is None or _MARKER in message:
+        return None
+    missing, registry = match.group(1), match.group(2).split('::')[-1]
     names = mmsafe_registered_names()
     all_names = sorted({n for group in names.values() for n in group})
-    here = names.get(registry.name, [])
+    here = names.get(registry, [])
     close = difflib.get_close_matches(missing, all_names, n=3, cutoff=0.6)
     extra = [message]
     if close:
         extra.append(f'Did you mean: {", ".join(close)}?')
-    extra.append(f'{_MARKER} the {registry.name} registry: '
+    extra.append(f'{_MARKER} the {registry} registry: '
                  f'{", ".join(here) if here else "(none)"}. '
                  f'All mmsafe names: {", ".join(all_names)}.')
-    return ' '.join(extra)
-
-
-def _install() -> None:
-    if getattr(Registry.build, '_mmsafe_patched', False):
-        return
-    original = Registry.build
-
-    def build(self, cfg, *args, **kwargs):
-        try:
-            return original(self, cfg, *args, **kwargs)
-        except KeyError as err:
-            message = str(err.args[0]) if err.args else ''
-            if 'registry' not in message or _MARKER in message:
-                raise
-            missing = cfg.get('type') if hasattr(cfg, 'get') else None
-            if not isinstance(missing, str):
-                raise
-            raise KeyError(_augment(self, missing, message)) from err
-
-    build._mmsafe_patched = True
-    Registry.build = build
-
-
-_install()
+    return KeyError(' '.join(extra))

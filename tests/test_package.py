@@ -1,4 +1,5 @@
 """The package installs, imports, registers and explains itself."""
+import os.path as osp
 import subprocess
 import sys
 import textwrap
@@ -82,10 +83,14 @@ def test_unknown_type_lists_mmsafe_names_and_close_match():
     assert model_names, 'mmsafe registers no model'
     real = max(model_names, key=len)
     typo = real[:-1]
+    from mmsafe.registry_help import explain_unknown_type
     with DefaultScope.overwrite_default_scope('mmdet'):
         with pytest.raises(KeyError) as err:
             MODELS.build(dict(type=typo))
-    message = str(err.value)
+    # MMEngine's own error, unchanged by importing mmsafe ...
+    assert 'mmsafe registers in' not in str(err.value)
+    # ... made clearer by the tools (tools/train.py, tools/test.py).
+    message = str(explain_unknown_type(err.value))
     assert f'{typo} is not in the' in message  # MMEngine's own text kept
     assert f'Did you mean: {real}' in message or real in message.split(
         'Did you mean:')[1]
@@ -100,7 +105,25 @@ def test_nested_unknown_type_is_explained_once():
     from mmdet.registry import MODELS
     cfg = dict(type='FasterRCNN', backbone=dict(type='NoSuchBackbone'),
                rpn_head=None, roi_head=None, train_cfg=None, test_cfg=None)
+    from mmsafe.registry_help import explain_unknown_type
     with DefaultScope.overwrite_default_scope('mmdet'):
         with pytest.raises(KeyError) as err:
             MODELS.build(cfg)
-    assert str(err.value).count('mmsafe registers in') == 1
+    better = explain_unknown_type(err.value)
+    assert 'NoSuchBackbone' in str(better)
+    assert str(better).count('mmsafe registers in') == 1
+    assert explain_unknown_type(better) is None  # explained once
+    assert explain_unknown_type(KeyError('some other key')) is None
+
+
+def test_train_py_explains_an_unknown_type_name(tmp_path):
+    """tools/train.py re-raises MMEngine's unknown-type KeyError with the
+    closest mmsafe name (the model is built before any training)."""
+    from tests.utils import run_train
+    demo = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
+    result = run_train(demo, timeout=300, args=[
+        '--work-dir', str(tmp_path / 'work'), '--cfg-options',
+        'model.type=DualStreamFasterRCN'])
+    assert result.returncode != 0, result
+    assert 'DualStreamFasterRCN is not in the' in result.output, result
+    assert 'Did you mean: DualStreamFasterRCNN' in result.output, result

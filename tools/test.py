@@ -57,10 +57,10 @@ def enable_visualization(cfg, args) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    import mmsafe  # noqa: F401  (registers components, applies shims)
+    import mmsafe  # noqa: F401  (registers mmsafe's components)
     from mmdet.utils import setup_cache_size_limit_of_dynamo
-    from mmsafe.tools_lib.cli import (build_runner, load_config,
-                                      release_process_group)
+    from mmsafe.tools_lib.cli import (build_runner, explained_unknown_types,
+                                      load_config, release_process_group)
 
     setup_cache_size_limit_of_dynamo()
     cfg = load_config(args.config, args.launcher, args.cfg_options,
@@ -69,15 +69,15 @@ def main(argv=None):
     if args.show or args.show_dir:
         enable_visualization(cfg, args)
 
-    runner = build_runner(cfg)
-
-    if args.out is not None:
-        if not args.out.endswith(('.pkl', '.pickle')):
-            raise ValueError('--out must end with .pkl or .pickle')
-        from mmdet.evaluation import DumpDetResults
-        runner.test_evaluator.metrics.append(
-            DumpDetResults(out_file_path=args.out))
-    metrics = runner.test()
+    with explained_unknown_types():
+        runner = build_runner(cfg)
+        if args.out is not None:
+            if not args.out.endswith(('.pkl', '.pickle')):
+                raise ValueError('--out must end with .pkl or .pickle')
+            from mmdet.evaluation import DumpDetResults
+            runner.test_evaluator.metrics.append(
+                DumpDetResults(out_file_path=args.out))
+        metrics = runner.test()
     release_process_group()
     return metrics
 

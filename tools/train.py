@@ -113,9 +113,10 @@ def build_cfg(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    import mmsafe  # noqa: F401  (registers components, applies shims)
+    import mmsafe  # noqa: F401  (registers mmsafe's components)
     from mmdet.utils import setup_cache_size_limit_of_dynamo
-    from mmsafe.tools_lib.cli import build_runner, release_process_group
+    from mmsafe.tools_lib.cli import (build_runner, explained_unknown_types,
+                                      release_process_group)
 
     setup_cache_size_limit_of_dynamo()
     cfg = build_cfg(args)
@@ -123,8 +124,9 @@ def main(argv=None):
         from mmsafe.preflight import preflight_gate
         preflight_gate(cfg, args.launcher,
                        strict=not args.ignore_preflight_errors)
-    runner = build_runner(cfg)
-    runner.train()
+    with explained_unknown_types():
+        runner = build_runner(cfg)
+        runner.train()
     release_process_group()
     return runner
 

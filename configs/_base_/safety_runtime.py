@@ -16,16 +16,16 @@
 #   `custom_hooks = _base_.custom_hooks + [dict(type='MyHook')]`
 #   (in a pure-python config, `{{_base_.custom_hooks}} + [...]`).
 
-# Registers mmsafe's components and applies its shims on import: CPU/gloo
-# DDP, and checkpoint safety (torch>=2.6 weights_only loading of
-# MMEngine/MMDetection checkpoints, atomic checkpoint writes, auto-resume
-# that skips a corrupt newest checkpoint).
+# Registers mmsafe's components (importing mmsafe changes nothing else).
 custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 
-# MMEngine's Runner plus mmsafe's run-level guarantees (one monitoring
-# all-reduce per log interval for all hooks, clean stop on a hook's request,
-# crash report). MMDetection's tools/train.py and mmsafe's build it from
-# this key.
+# MMEngine's Runner plus mmsafe's run-level guarantees: DDP on CPU (gloo)
+# and a finite distributed timeout; torch>=2.6 weights_only loading of
+# MMEngine/MMDetection checkpoints, atomic checkpoint writes, auto-resume
+# that skips a corrupt newest checkpoint; pretrained weights from the torch
+# hub cache or one clear error; one monitoring all-reduce per log interval
+# for all hooks; a clean stop on a hook's request; the crash report.
+# MMDetection's tools/train.py and mmsafe's build the runner from this key.
 runner_type = 'SafeRunner'
 
 # Extra objects a checkpoint may hold beyond what MMEngine/MMDetection need

@@ -1,7 +1,8 @@
 """What ``tools/train.py`` and ``tools/test.py`` share: loading a config as
 MMDetection's tools do, building the runner, and a clean distributed end."""
+import contextlib
 import os.path as osp
-from typing import Optional
+from typing import Iterator, Optional
 
 
 def load_config(config: str, launcher: str, cfg_options: Optional[dict],
@@ -23,12 +24,31 @@ def load_config(config: str, launcher: str, cfg_options: Optional[dict],
 
 
 def build_runner(cfg):
-    """MMEngine's Runner, or the registered ``runner_type`` of the config."""
+    """The registered ``runner_type`` of the config; mmsafe's tools default
+    to :class:`~mmsafe.engine.runner.SafeRunner` when the config names none
+    (``--cfg-options runner_type=Runner`` picks MMEngine's plain Runner)."""
     from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
     if 'runner_type' not in cfg:
-        return Runner.from_cfg(cfg)
+        cfg.runner_type = 'SafeRunner'
+        from mmsafe.events import log
+        log("runner: SafeRunner (the default of mmsafe's tools when a config "
+            'sets no runner_type)')
     return RUNNERS.build(cfg)
+
+
+@contextlib.contextmanager
+def explained_unknown_types() -> Iterator[None]:
+    """Re-raise MMEngine's "X is not in the ... registry" KeyError with the
+    closest mmsafe names (:func:`mmsafe.registry_help.explain_unknown_type`).
+    """
+    try:
+        yield
+    except KeyError as err:
+        from mmsafe.registry_help import explain_unknown_type
+        better = explain_unknown_type(err)
+        if better is None:
+            raise
+        raise better from err
 
 
 # The work of the final barrier of a distributed run, kept to the end of

@@ -22,11 +22,18 @@ def _config(tmp_path, max_epochs=3, max_keep=-1, custom_hooks='[]'):
 
 
 def test_atomic_save_replaces_whole_file_or_nothing(tmp_path):
-    import mmsafe  # noqa: F401
+    """MMEngine's save_checkpoint with the 'atomic_local' file backend
+    (what SafeRunner passes for a local folder)."""
     from mmengine.runner import save_checkpoint
     from mmengine.runner.checkpoint import _load_checkpoint
+
+    from mmsafe.checkpoint import ATOMIC_BACKEND_ARGS
     path = str(tmp_path / 'iter_1.pth')
-    save_checkpoint(dict(meta=dict(iter=1), state_dict={}), path)
+
+    def save(ckpt, filename):
+        save_checkpoint(ckpt, filename, backend_args=ATOMIC_BACKEND_ARGS)
+
+    save(dict(meta=dict(iter=1), state_dict={}), path)
     assert _load_checkpoint(path)['meta']['iter'] == 1
 
     class Unpicklable:
@@ -35,8 +42,20 @@ def test_atomic_save_replaces_whole_file_or_nothing(tmp_path):
             raise RuntimeError('disk full (simulated)')
 
     with pytest.raises(RuntimeError, match='disk full'):
-        save_checkpoint(dict(meta=dict(iter=2), bad=Unpicklable()), path)
-    # The failed save left the previous checkpoint intact and no temp file.
+        save(dict(meta=dict(iter=2), bad=Unpicklable()), path)
+    # The failed save left the previous checkpoint intact and no temp file
+    # (torch.save fails while filling the buffer: nothing was written).
+    assert _load_checkpoint(path)['meta']['iter'] == 1
+    assert os.listdir(tmp_path) == ['iter_1.pth']
+
+    from mmsafe.checkpoint.atomic import AtomicLocalBackend
+    backend = AtomicLocalBackend()
+    with pytest.raises(OSError, match='pipe broken'):
+        def failing_write(f):
+            f.write(b'PK half')
+            raise OSError('pipe broken (simulated)')
+        from mmsafe.checkpoint import atomic_write
+        atomic_write(path, failing_write)
     assert _load_checkpoint(path)['meta']['iter'] == 1
     assert os.listdir(tmp_path) == ['iter_1.pth']
     # A temp file of a killed writer (dead pid) is removed by the next save.
@@ -44,28 +63,37 @@ def test_atomic_save_replaces_whole_file_or_nothing(tmp_path):
     dead.wait()
     stale = tmp_path / f'.iter_3.pth.{dead.pid}.mmsafe-tmp'
     stale.write_bytes(b'PK partial')
-    save_checkpoint(dict(meta=dict(iter=3), state_dict={}),
-                    str(tmp_path / 'iter_3.pth'))
+    save(dict(meta=dict(iter=3), state_dict={}), str(tmp_path / 'iter_3.pth'))
     assert sorted(os.listdir(tmp_path)) == ['iter_1.pth', 'iter_3.pth']
+    # Removing a checkpoint waits for the next complete one in its folder.
+    backend.remove(str(tmp_path / 'iter_1.pth'))
+    assert sorted(os.listdir(tmp_path)) == ['iter_1.pth', 'iter_3.pth']
+    save(dict(meta=dict(iter=4), state_dict={}), str(tmp_path / 'iter_4.pth'))
+    assert sorted(os.listdir(tmp_path)) == ['iter_3.pth', 'iter_4.pth']
+    backend.put_text('iter_4.pth', str(tmp_path / 'last_checkpoint'))
+    assert (tmp_path / 'last_checkpoint').read_text() == 'iter_4.pth'
 
 
-def test_last_checkpoint_pointer_is_written_atomically(tmp_path):
-    """MMEngine writes last_checkpoint with open(path, 'w'); inside its
-    checkpoint hook module that open writes through a temp file + rename."""
-    import mmsafe  # noqa: F401
-    from mmengine.hooks import checkpoint_hook
-    pointer = tmp_path / 'last_checkpoint'
-    pointer.write_text('old')
-    with checkpoint_hook.open(str(pointer), 'w') as f:
-        f.write('new')
-        assert pointer.read_text() == 'old'  # nothing half-written
-    assert pointer.read_text() == 'new'
-    assert os.listdir(tmp_path) == ['last_checkpoint']
-    with pytest.raises(KeyError):
-        with checkpoint_hook.open(str(pointer), 'w') as f:
-            f.write('partial')
-            raise KeyError('killed mid-write')
-    assert pointer.read_text() == 'new'
+def test_torn_last_checkpoint_pointer_falls_back_to_newest_loadable(
+        tmp_path):
+    """MMEngine writes last_checkpoint with a plain open(); a pointer cut
+    short by a kill names no file, and auto-resume takes the newest
+    checkpoint that loads."""
+    import torch
+
+    from mmsafe.checkpoint import find_latest_loadable_checkpoint
+    hub = dict(log_scalars={}, runtime_info={}, resumed_keys={})
+    for it in (1, 2):
+        path = tmp_path / f'iter_{it}.pth'
+        torch.save(dict(meta=dict(iter=it), state_dict={},
+                        message_hub=hub), str(path))
+        os.utime(path, (it, it))
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_'))
+    assert find_latest_loadable_checkpoint(str(tmp_path)) == str(
+        tmp_path / 'iter_2.pth')
+    (tmp_path / 'last_checkpoint').write_text('')
+    assert find_latest_loadable_checkpoint(str(tmp_path)) == str(
+        tmp_path / 'iter_2.pth')
 
 
 def test_truncated_newest_checkpoint_is_skipped_on_auto_resume(tmp_path):
@@ -96,7 +124,10 @@ def test_truncated_newest_checkpoint_is_skipped_on_auto_resume(tmp_path):
     assert 'Epoch(train) [3][4/4]' in out and 'Epoch(train) [4][4/4]' in out
     # The rerun of epoch 3 replaced the truncated file with a whole one.
     from mmengine.runner.checkpoint import _load_checkpoint
-    assert _load_checkpoint(newest)['meta']['epoch'] == 3
+
+    from mmsafe.checkpoint import trusted_checkpoint_globals
+    with trusted_checkpoint_globals():
+        assert _load_checkpoint(newest)['meta']['epoch'] == 3
     from mmsafe.events import read_events
     skipped = read_events(work_dir, 'resume_skipped_checkpoint')
     assert [r['checkpoint'] for r in skipped] == [newest]
@@ -126,8 +157,8 @@ def test_truncated_newest_checkpoint_skipped_on_every_rank(tmp_path):
 
 
 def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
-    import mmsafe  # noqa: F401
-    from mmengine.runner import find_latest_checkpoint
+    from mmsafe.checkpoint import \
+        find_latest_loadable_checkpoint as find_latest_checkpoint
     path = tmp_path / 'epoch_1.pth'
     path.write_bytes(b'PK\x03\x04 not really a checkpoint')
     (tmp_path / 'last_checkpoint').write_text(str(path))

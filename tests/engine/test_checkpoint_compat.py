@@ -19,6 +19,7 @@ from tests.utils import run_train, write_config
 MMDET_CONFIG = """
 default_scope = 'mmdet'
 custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
+runner_type = 'SafeRunner'
 data_root = {data_root!r}
 model = dict(
     type='FasterRCNN',
@@ -142,12 +143,12 @@ def test_allowlist_loads_real_checkpoint_with_weights_only(trained):
     import mmsafe  # noqa: F401
     from mmengine.runner.checkpoint import _load_checkpoint
 
-    from mmsafe.compat.checkpoint import trusted_checkpoint_globals
+    from mmsafe.checkpoint import trusted_checkpoint_globals
     _, _, work_dir = trained
     path = osp.join(work_dir, 'epoch_2.pth')
     with trusted_checkpoint_globals():
         direct = torch.load(path, map_location='cpu', weights_only=True)
-    ckpt = _load_checkpoint(path, map_location='cpu')
+        ckpt = _load_checkpoint(path, map_location='cpu')
     assert set(ckpt) >= {'meta', 'state_dict', 'optimizer', 'message_hub',
                          'param_schedulers'}
     assert ckpt['meta']['epoch'] == 2
@@ -187,6 +188,21 @@ def test_resume_auto_resume_path_and_load_from(trained):
     assert 'Epoch(train) [1][2/2]' in result.output, result
 
 
+def test_plain_runner_is_mmengine_unchanged(trained):
+    """Importing mmsafe changes nothing: with MMEngine's own Runner
+    (runner_type='Runner') loading the run's checkpoint fails on torch >=
+    2.6 exactly as without mmsafe; SafeRunner is what the config opts into.
+    """
+    root, config, work_dir = trained
+    result = run_train(config, timeout=300, args=[
+        '--work-dir', str(root / 'work_plain'), '--cfg-options',
+        f"load_from={osp.join(work_dir, 'epoch_2.pth')}",
+        'runner_type=Runner'])
+    assert result.returncode != 0, result
+    assert 'Weights only load failed' in result.output, result
+    assert 'UntrustedCheckpointError' not in result.output, result
+
+
 def _malicious_checkpoint(path, payload):
     torch.save(dict(meta=dict(epoch=1, iter=2), state_dict={},
                     message_hub=dict(log_scalars={}, runtime_info={},
@@ -202,13 +218,16 @@ def test_malicious_checkpoint_is_refused_in_process(tmp_path, payload_cls,
     import mmsafe  # noqa: F401
     from mmengine.runner.checkpoint import _load_checkpoint
 
-    from mmsafe.compat.checkpoint import UntrustedCheckpointError
+    from mmsafe.checkpoint import (UntrustedCheckpointError,
+                                   explain_refusals,
+                                   trusted_checkpoint_globals)
     marker = str(tmp_path / 'pwned')
     path = str(tmp_path / 'evil.pth')
     _malicious_checkpoint(path, payload_cls(marker))
     assert not osp.exists(marker)
     with pytest.raises(UntrustedCheckpointError) as info:
-        _load_checkpoint(path, map_location='cpu')
+        with trusted_checkpoint_globals(), explain_refusals(path):
+            _load_checkpoint(path, map_location='cpu')
     message = str(info.value)
     assert f'`{name}`' in message, message
     assert 'mmsafe_trusted_globals' in message
@@ -236,34 +255,39 @@ def test_explicit_opt_in_by_env_and_config(tmp_path, monkeypatch):
     from mmengine.config import Config
     from mmengine.runner.checkpoint import _load_checkpoint
 
-    from mmsafe.compat.checkpoint import (UntrustedCheckpointError,
-                                          _trust_from_cfg)
+    from mmsafe.checkpoint import (UntrustedCheckpointError,
+                                   explain_refusals,
+                                   trusted_checkpoint_globals)
     path = str(tmp_path / 'noted.pth')
     torch.save(dict(meta=dict(note=ckpt_toys.TrustedNote('hi')),
                     state_dict={}), path)
     name = 'tests.engine.ckpt_toys.TrustedNote'
+
+    def load(cfg=None):
+        with trusted_checkpoint_globals(cfg=cfg), explain_refusals(path):
+            return _load_checkpoint(path, map_location='cpu')
+
     with pytest.raises(UntrustedCheckpointError, match=re.escape(name)):
-        _load_checkpoint(path, map_location='cpu')
+        load()
     cfg = Config(dict(mmsafe_trusted_globals=[name]))
-    with _trust_from_cfg(cfg):
-        assert _load_checkpoint(path)['meta']['note'].text == 'hi'
+    assert load(cfg)['meta']['note'].text == 'hi'
     # The trust ends with the scope that granted it.
     with pytest.raises(UntrustedCheckpointError):
-        _load_checkpoint(path, map_location='cpu')
+        load()
     monkeypatch.setenv('MMSAFE_TRUSTED_GLOBALS', name)
-    assert _load_checkpoint(path)['meta']['note'].text == 'hi'
+    assert load()['meta']['note'].text == 'hi'
     # Code-running builtins can never be opted in.
     monkeypatch.setenv('MMSAFE_TRUSTED_GLOBALS', 'builtins.exec')
     with pytest.raises(ValueError, match='cannot be trusted'):
-        _load_checkpoint(path)
+        load()
 
 
 def test_getattr_stand_in_only_resolves_history_buffer_statistics():
     import mmsafe  # noqa: F401
     from mmengine.logging import HistoryBuffer
 
-    from mmsafe.compat.checkpoint import (UntrustedCheckpointError,
-                                          _history_buffer_method)
+    from mmsafe.checkpoint.trust import (UntrustedCheckpointError,
+                                         _history_buffer_method)
     assert _history_buffer_method(HistoryBuffer, 'mean') is \
         HistoryBuffer.__dict__['mean']
     for owner, name in ((HistoryBuffer, '__init__'), (HistoryBuffer,

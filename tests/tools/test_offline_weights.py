@@ -122,7 +122,7 @@ def test_training_offline_fails_with_one_clear_error(tmp_path, torch_home):
     cached = osp.join(torch_home, 'hub', 'checkpoints', 'resnet50.pth')
     last = result.output.strip().splitlines()[-1]
     # the last line, the one a user reads, is the whole story
-    assert last.startswith('mmsafe.compat.remote_weights.'
+    assert last.startswith('mmsafe.checkpoint.remote_weights.'
                            'WeightsUnavailableError'), result
     assert URL in last and cached in last, last
     assert 'Fix: download' in last and 'tools/preflight.py' in last, last
@@ -150,7 +150,8 @@ def test_mmdetection_train_py_gets_the_same_error(tmp_path, torch_home):
 def test_cached_file_loads_without_network(torch_home):
     from mmengine.runner import CheckpointLoader
 
-    import mmsafe  # noqa: F401  (registers the scheme)
+    from mmsafe.checkpoint import register_remote_weight_schemes
+    register_remote_weight_schemes()  # what SafeRunner does when built
     cached = osp.join(torch_home, 'hub', 'checkpoints', 'resnet50.pth')
     os.makedirs(osp.dirname(cached))
     torch.save({'w': torch.arange(3)}, cached)
@@ -167,7 +168,9 @@ def test_a_server_that_never_answers_hits_the_download_deadline(
 
     from mmengine.runner import CheckpointLoader
 
-    from mmsafe.compat.remote_weights import WeightsUnavailableError
+    from mmsafe.checkpoint.remote_weights import (
+        WeightsUnavailableError, register_remote_weight_schemes)
+    register_remote_weight_schemes()
     monkeypatch.setenv('MMSAFE_DOWNLOAD_TIMEOUT', '1')
     with socket.socket() as server:
         server.bind(('127.0.0.1', 0))
@@ -234,6 +237,8 @@ def test_reachable_url_is_a_warning_then_downloaded_into_the_cache(
             if r.where == 'model.backbone.init_cfg.checkpoint']
     assert warn and 'reachable now' in warn[0].what, report.format_text()
     cached = osp.join(torch_home, 'hub', 'checkpoints', 'served.pth')
+    from mmsafe.checkpoint import register_remote_weight_schemes
+    register_remote_weight_schemes()
     loaded = CheckpointLoader.load_checkpoint(weight_server,
                                               map_location='cpu')
     assert torch.equal(loaded['w'], torch.arange(4))

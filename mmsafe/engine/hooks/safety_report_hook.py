@@ -13,7 +13,7 @@ from mmengine.runner import BaseLoop
 
 from mmdet.registry import HOOKS
 
-from mmsafe.compat.checkpoint import atomic_write
+from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, _jsonable, log
 

@@ -23,7 +23,6 @@ untouched by a skipped step because ``optimizer.step()`` is not called.
 """
 import logging
 import math
-import re
 import weakref
 from collections import deque
 from contextlib import contextmanager
@@ -36,40 +35,12 @@ from torch.optim import Optimizer
 
 from mmdet.registry import OPTIM_WRAPPERS
 from mmsafe.dist import all_gather_object, current_iter, get_rank
+from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import batch_file_names, log, update_counters, write_event
-
-#: Skip reasons.
-NONFINITE_LOSS = 'nonfinite_loss'
-NONFINITE_GRAD = 'nonfinite_grad'
-AMP_OVERFLOW = 'amp_overflow'
-ZERO_GRAD = 'zero_grad'
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    from mmengine.model import is_model_wrapper
-    return model.module if is_model_wrapper(model) else model
-
-
-def _total_norm(grads: List[torch.Tensor], norm_type: float) -> torch.Tensor:
-    if not grads:
-        return torch.tensor(0.0)
-    get_total_norm = getattr(torch.nn.utils, 'get_total_norm', None)
-    if get_total_norm is not None:
-        return get_total_norm(grads, norm_type=norm_type,
-                              error_if_nonfinite=False)
-    norms = torch.stack([torch.linalg.vector_norm(g.detach(), norm_type)
-                         for g in grads])
-    return torch.linalg.vector_norm(norms, norm_type)
-
-
-def _shown(it: Optional[int]):
-    """1-based iteration, as in MMEngine's ``Iter(train) [k/N]`` lines (the
-    JSONL events keep the 0-based ``runner.iter``)."""
-    return '?' if it is None else it + 1
-
-
-def _fmt(value: Optional[float]) -> str:
-    return 'n/a' if value is None else f'{value:.6g}'
+from .grad_norm import clip_per_module, parse_module_rules, total_norm
+from .skip_report import (AMP_OVERFLOW, NONFINITE_GRAD,  # noqa: F401
+                          NONFINITE_LOSS, ZERO_GRAD, counter_kind, culprit,
+                          plain, skip_message, too_many_skips)
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -96,8 +67,9 @@ class NaNSkipOptimWrapper(OptimWrapper):
     loss, gradient norm and the batch's image paths (rank 0's log shows
     every rank: one ``all_gather_object``, on skipped steps only, taken by
     every rank because every rank skips), written to
-    ``mmsafe_events.jsonl`` by every rank, and bounded by
-    ``max_consecutive_skips``.
+    ``{work_dir}/mmsafe_events.jsonl`` by every rank once a work dir is
+    bound (:meth:`bind_work_dir`; :class:`~mmsafe.engine.runner.SafeRunner`
+    binds its own), and bounded by ``max_consecutive_skips``.
 
     The batch's image paths are read with a forward pre-hook that the
     wrapper puts on the model's ``data_preprocessor`` the first time
@@ -151,8 +123,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
                              f'{max_consecutive_skips}')
         self.max_consecutive_skips = max_consecutive_skips
         self.log_all_ranks = log_all_ranks
-        self.clip_grad_per_module = self._parse_module_rules(
-            clip_grad_per_module)
+        self.clip_grad_per_module = parse_module_rules(clip_grad_per_module)
         self.skip_zero_grad = skip_zero_grad
         self.counters: Dict = dict(
             skipped=0, consecutive=0, nan_skips=0, amp_overflow=0,
@@ -164,27 +135,12 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self._batch_files: List[str] = []
         self._model_ref = None
         self._param_names: Dict[int, str] = {}
+        self.work_dir: Optional[str] = None
 
-    # ------------------------------------------------------------------ #
-    # configuration helpers
-    @staticmethod
-    def _parse_module_rules(rules: Optional[Sequence[dict]]) -> List[dict]:
-        parsed = []
-        for rule in rules or []:
-            rule = dict(rule)
-            if 'pattern' not in rule or 'max_norm' not in rule:
-                raise ValueError('each clip_grad_per_module entry needs '
-                                 f'`pattern` and `max_norm`, got {rule}')
-            unknown = set(rule) - {'pattern', 'max_norm', 'norm_type'}
-            if unknown:
-                raise ValueError(f'unknown keys {sorted(unknown)} in '
-                                 f'clip_grad_per_module entry {rule}')
-            parsed.append(
-                dict(pattern=rule['pattern'],
-                     regex=re.compile(rule['pattern']),
-                     max_norm=float(rule['max_norm']),
-                     norm_type=float(rule.get('norm_type', 2.0))))
-        return parsed
+    def bind_work_dir(self, work_dir: Optional[str]) -> None:
+        """Write skip events to ``{work_dir}/mmsafe_events.jsonl`` (None:
+        log only)."""
+        self.work_dir = work_dir
 
     # ------------------------------------------------------------------ #
     # model watching: parameter names and the batch's image paths
@@ -197,7 +153,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
             yield
 
     def _watch_model(self, model: nn.Module) -> None:
-        module = _unwrap(model)
+        module = unwrap_model(model)
         if self._model_ref is not None and self._model_ref() is module:
             return
         self._model_ref = weakref.ref(module)
@@ -212,10 +168,10 @@ class NaNSkipOptimWrapper(OptimWrapper):
             wrapper_ref = weakref.ref(self)
 
             def record_batch_files(_module, args, kwargs):
-                wrapper = wrapper_ref()
+                this = wrapper_ref()
                 data = args[0] if args else kwargs.get('data')
-                if wrapper is not None and isinstance(data, dict):
-                    wrapper._batch_files = batch_file_names(data)
+                if this is not None and isinstance(data, dict):
+                    this._batch_files = batch_file_names(data)
 
             preprocessor.register_forward_pre_hook(
                 record_batch_files, with_kwargs=True)
@@ -271,11 +227,11 @@ class NaNSkipOptimWrapper(OptimWrapper):
         norm_type = 2.0
         if self.clip_grad_kwargs and self.grad_name == 'grad_norm':
             norm_type = float(self.clip_grad_kwargs.get('norm_type', 2.0))
-        total_norm = _total_norm([p.grad for p in params], norm_type)
+        norm = total_norm([p.grad for p in params], norm_type)
         window = self._window
         self._window = []
         # The one host synchronisation of the step.
-        grad_norm = float(total_norm)
+        grad_norm = float(norm)
 
         reasons = []
         if not math.isfinite(grad_norm):
@@ -289,7 +245,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
         if reasons:
             self._skip(reasons, window, grad_norm)
         else:
-            self._apply(params, grad_norm, total_norm=total_norm, **kwargs)
+            self._apply(params, grad_norm, total_norm=norm, **kwargs)
         self._publish()
 
     def _nonfinite_reason(self) -> str:
@@ -305,7 +261,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
                total_norm: Optional[torch.Tensor] = None, **kwargs) -> None:
         self.message_hub.update_scalar('train/grad_norm', grad_norm)
         if self.clip_grad_per_module:
-            self._clip_per_module(params)
+            clip_per_module(params, self.clip_grad_per_module,
+                            self._param_names, self.message_hub)
         if self.clip_grad_kwargs and params:
             clip_with_norm = getattr(torch.nn.utils, 'clip_grads_with_norm_',
                                      None)
@@ -325,35 +282,6 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self.counters['steps'] += 1
         self.counters['consecutive'] = 0
 
-    def _clip_per_module(self, params: List[torch.Tensor]) -> None:
-        if not self._param_names:
-            raise RuntimeError(
-                '[mmsafe] clip_grad_per_module needs the parameter names of '
-                'the model; they are learnt in optim_context(), which '
-                "MMEngine's train_step calls. Call optim_context(model) "
-                'around the forward pass in a custom train_step.')
-        groups: List[List[torch.Tensor]] = [[] for _ in
-                                            self.clip_grad_per_module]
-        for p in params:
-            name = self._param_names.get(id(p), '')
-            for i, rule in enumerate(self.clip_grad_per_module):
-                if rule['regex'].search(name):
-                    groups[i].append(p)
-                    break
-        for rule, group in zip(self.clip_grad_per_module, groups):
-            if not group:
-                known = sorted({n.rsplit('.', 1)[0]
-                                for n in self._param_names.values()})[:20]
-                raise ValueError(
-                    f"[mmsafe] clip_grad_per_module pattern "
-                    f"{rule['pattern']!r} matches no parameter with a "
-                    f'gradient. Some module names: {known}')
-            norm = torch.nn.utils.clip_grad_norm_(
-                group, max_norm=rule['max_norm'],
-                norm_type=rule['norm_type'])
-            self.message_hub.update_scalar(
-                f"train/grad_norm_{rule['pattern']}", float(norm))
-
     def _skip(self, reasons: List[str], window: List[dict],
               grad_norm: float) -> None:
         it = window[-1]['iter'] if window else current_iter()
@@ -369,12 +297,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
                      if not all(r['loss_finite'])]
         if bad_ranks and reasons[0] in (NONFINITE_GRAD, AMP_OVERFLOW):
             reasons = [NONFINITE_LOSS] + reasons[1:]
-        if reasons[0] in (NONFINITE_LOSS, NONFINITE_GRAD):
-            kind = 'nan_skips'
-        elif reasons[0] == AMP_OVERFLOW:
-            kind = 'amp_overflow'
-        else:
-            kind = None
+        kind = counter_kind(reasons[0])
         self.counters['skipped'] += 1
         self.counters['consecutive'] += 1
         if kind is not None:
@@ -383,36 +306,14 @@ class NaNSkipOptimWrapper(OptimWrapper):
         for reason in reasons:
             by_reason[reason] = by_reason.get(reason, 0) + 1
 
-        if bad_ranks:
-            culprit = (f'the loss was not finite on rank(s) {bad_ranks}, and '
-                       'its NaN gradients reached every rank through the '
-                       'gradient all-reduce')
-        elif reasons[0] in (NONFINITE_GRAD, AMP_OVERFLOW):
-            culprit = ('the losses were finite' + (
-                ' on every rank' if len(everyone) > 1 else '') +
-                       ', but the gradient is not (a NaN/Inf arose in the '
-                       'backward pass' +
-                       (', or the fp16 loss scale overflowed'
-                        if reasons[0] == AMP_OVERFLOW else '') + ')')
-        elif reasons[0] == ZERO_GRAD:
-            culprit = ('the gradient is exactly 0 on every parameter: no '
-                       'rank produced any training signal (e.g. every batch '
-                       'was empty and the losses vanish on empty input)')
-        else:
-            culprit = f'requested ({reasons[0]})'
-        write_event(self._work_dir(), 'step_skip', iter=it, iters=iters,
+        write_event(self.work_dir, 'step_skip', iter=it, iters=iters,
                     reasons=reasons, cause=kind or reasons[0],
                     bad_ranks=bad_ranks, loss=losses, grad_norm=grad_norm,
                     files=mine['files'], skipped=self.counters['skipped'],
                     consecutive=self.counters['consecutive'])
-        details = '; '.join(
-            f"rank {r['rank']}: loss={[_fmt(v) for v in r['losses']]} "
-            f"files={r['files']}" for r in everyone)
-        log(f'skipped the optimizer step of Iter(train) {_shown(it)} '
-            f'(window {[_shown(i) for i in iters]}) on all ranks, reasons '
-            f'{reasons}: {culprit}. grad_norm={_fmt(grad_norm)}; {details}; '
-            f"skipped {self.counters['skipped']} steps so far, "
-            f"{self.counters['consecutive']} in a row",
+        log(skip_message(it, iters, reasons,
+                         culprit(reasons, bad_ranks, len(everyone)),
+                         grad_norm, everyone, self.counters),
             # fp16 overflows are routine while the loss scale settles.
             logging.INFO if kind == 'amp_overflow' else logging.WARNING)
         self.recent_bad.append(
@@ -422,20 +323,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self.optimizer.zero_grad()
         limit = self.max_consecutive_skips
         if limit and self.counters['consecutive'] >= limit:
-            bad = '; '.join(
-                f"Iter(train) {_shown(b['iter'])} "
-                f"({', '.join(b['reasons'])}): " + ', '.join(
-                    f'rank {r} {files}'
-                    for r, files in sorted(b['files'].items()))
-                for b in list(self.recent_bad)[-limit:])
-            raise RuntimeError(
-                f"[mmsafe] {self.counters['consecutive']} optimizer steps "
-                'in a row were skipped (max_consecutive_skips='
-                f'{self.max_consecutive_skips}); training is not making '
-                f'progress. Last bad iterations: {bad}. Check these images '
-                '(tools/check_dataset.py), lower the learning rate or enable '
-                'gradient clipping; raise optim_wrapper.max_consecutive_skips '
-                'only if such runs of skips are expected.')
+            raise too_many_skips(self.counters, list(self.recent_bad), limit)
 
     def _publish(self) -> None:
         c = self.counters
@@ -446,11 +334,6 @@ class NaNSkipOptimWrapper(OptimWrapper):
         if self._is_amp():
             hub.update_scalar('train/amp_overflows', c['amp_overflow'])
         update_counters('step_guard', **c)
-
-    @staticmethod
-    def _work_dir() -> Optional[str]:
-        # The wrapper never sees the runner; its logger knows the work dir.
-        return _runner_work_dir()
 
     # ------------------------------------------------------------------ #
     # hooks for the AMP subclass
@@ -472,8 +355,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
         """The optimizer's state dict plus ``mmsafe_step_guard`` counters."""
         state = super().state_dict()
         state['mmsafe_step_guard'] = dict(
-            counters=_plain(self.counters),
-            recent_bad=_plain(list(self.recent_bad)))
+            counters=plain(self.counters),
+            recent_bad=plain(list(self.recent_bad)))
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -486,30 +369,3 @@ class NaNSkipOptimWrapper(OptimWrapper):
             self.recent_bad.extend(guard.get('recent_bad', []))
         super().load_state_dict(state_dict)
 
-
-def _plain(value):
-    """Only builtin types, so checkpoints load with ``weights_only=True``."""
-    if isinstance(value, dict):
-        return {k if isinstance(k, (str, int)) else str(k): _plain(v)
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
-
-
-def _runner_work_dir() -> Optional[str]:
-    """The work dir of the current MMEngine logger's run, if known."""
-    from mmengine.logging import MMLogger
-    try:
-        logger = MMLogger.get_current_instance()
-    except Exception:  # pragma: no cover
-        return None
-    log_file = getattr(logger, 'log_file', None)
-    if not log_file:
-        return None
-    import os.path as osp
-
-    # MMEngine writes logs to {work_dir}/{timestamp}/{timestamp}.log
-    return osp.dirname(osp.dirname(log_file))

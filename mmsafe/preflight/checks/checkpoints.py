@@ -25,24 +25,16 @@ def _safe_load(path: str, cfg) -> Tuple[Any, Optional[str], bool]:
     import zipfile
 
     import torch
+
+    from mmsafe.checkpoint.trust import (refused_object,
+                                         trusted_checkpoint_globals)
     mmap = zipfile.is_zipfile(path)
     try:
-        from mmsafe.compat import checkpoint as safe
-    except ImportError:
-        safe = None
-    try:
-        if safe is not None:
-            names = cfg.get(safe.TRUSTED_GLOBALS_CFG_KEY, None) or []
-            extra = safe.resolve_trusted_globals(
-                [names] if isinstance(names, str) else names)
-            with safe.trusted_checkpoint_globals(extra):
-                obj = torch.load(path, map_location='cpu',
-                                 weights_only=True, mmap=mmap)
-        else:
+        with trusted_checkpoint_globals(cfg=cfg):
             obj = torch.load(path, map_location='cpu', weights_only=True,
                              mmap=mmap)
     except pickle.UnpicklingError as err:
-        refused = safe.refused_object(err) if safe is not None else None
+        refused = refused_object(err)
         if refused or 'weights_only' in str(err).lower() or \
                 'Weights only load failed' in str(err):
             return None, (f'torch.load(weights_only=True) refuses it: it '
@@ -138,7 +130,7 @@ def _check_file(path: str, where: str, ctx: PreflightContext,
 
 def _cached_remote(name: str) -> Optional[str]:
     """The torch hub cache file of a URL / zoo name, if it is there."""
-    from mmsafe.compat.remote_weights import cache_path, resolve_url
+    from mmsafe.checkpoint.remote_weights import cache_path, resolve_url
     try:
         cached = cache_path(resolve_url(name))
     except (ImportError, KeyError):
@@ -155,13 +147,9 @@ def check_checkpoints(ctx: PreflightContext) -> Iterator[CheckRow]:
         work_dir = cfg.get('work_dir', None)
         target = None
         if work_dir and osp.isdir(work_dir):
+            from mmsafe.checkpoint import find_latest_loadable_checkpoint
             try:
-                from mmsafe.compat.checkpoint import \
-                    find_latest_loadable_checkpoint
                 target = find_latest_loadable_checkpoint(work_dir)
-            except ImportError:
-                from mmengine.runner import find_latest_checkpoint
-                target = find_latest_checkpoint(work_dir)
             except Exception as err:  # no checkpoint there loads
                 yield CheckRow(
                     'error', NAME, f'Auto-resume: {first_line(err)}',

@@ -65,7 +65,7 @@ def remote_source_rows(name: str, where: str,
         probes (dict, optional): reachability per URL, shared between the
             sources of one run so each URL is probed once.
     """
-    from mmsafe.compat.remote_weights import cache_path, resolve_url
+    from mmsafe.checkpoint.remote_weights import cache_path, resolve_url
     try:
         url = resolve_url(name)
     except ImportError as err:

@@ -5,8 +5,9 @@ MMEngine downloads ``http(s)://``, ``torchvision://`` and ``open-mmlab://``
 weights (``init_cfg=dict(type='Pretrained', checkpoint=...)``, ``load_from``)
 with ``torch.hub.load_state_dict_from_url``: no timeout, so an offline node
 either hangs on the connection or dies in the model's init with a raw
-``urllib`` traceback. :func:`install_remote_weights` registers loaders for
-these schemes through MMEngine's extension point
+``urllib`` traceback. :func:`register_remote_weight_schemes` (called by
+:class:`~mmsafe.engine.runner.SafeRunner`) registers loaders for these
+schemes through MMEngine's extension point
 (``CheckpointLoader.register_scheme(..., force=True)``) that:
 
 * load the file from ``torch.hub.get_dir()/checkpoints/<basename>`` when it
@@ -209,8 +210,13 @@ SCHEMES = ('http://', 'https://', 'torchvision://', 'modelzoo://',
            'open-mmlab://', 'openmmlab://', 'mmcls://')
 
 
-def install_remote_weights() -> None:
-    """Register :func:`load_from_url_or_cache` for :data:`SCHEMES`."""
+def register_remote_weight_schemes() -> None:
+    """Register :func:`load_from_url_or_cache` for :data:`SCHEMES` through
+    MMEngine's ``CheckpointLoader.register_scheme`` (idempotent).
+
+    :class:`~mmsafe.engine.runner.SafeRunner` calls it when it is built: a
+    config opts in with ``runner_type='SafeRunner'``.
+    """
     from mmengine.runner import CheckpointLoader
     CheckpointLoader.register_scheme(
         prefixes=list(SCHEMES), loader=load_from_url_or_cache, force=True)

@@ -1,0 +1,143 @@
+"""Auto-resume from the newest checkpoint that really loads.
+
+:func:`find_latest_loadable_checkpoint` is what
+:class:`~mmsafe.engine.runner.SafeRunner` resumes from with
+``resume=True`` and no ``load_from``: the checkpoint named in
+``{work_dir}/last_checkpoint`` when it loads, otherwise the newest other
+loadable ``*.pth`` of its folder, skipping a corrupt or truncated one with a
+warning and an event. :func:`record_resume` counts resumes in the message
+hub (``mmsafe/resume``) and as events (``kind='resume'``).
+"""
+import glob
+import logging
+import os.path as osp
+import pickle
+import zipfile
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+from mmsafe.events import log
+from .trust import (UntrustedCheckpointError, explain_refusal,
+                    refused_object, trusted_checkpoint_globals)
+
+
+# --------------------------------------------------------------------------
+def checkpoint_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be resumed from, or None when it loads.
+
+    The zip container is CRC-checked and the pickle is loaded with
+    ``weights_only=True`` (memory-mapped, so tensors are not read twice).
+
+    Raises:
+        UntrustedCheckpointError: the file holds an untrusted object; that
+            is a decision for the user, never a reason to skip silently.
+    """
+    if not osp.isfile(path):
+        return 'file does not exist'
+    try:
+        mmap = zipfile.is_zipfile(path)
+        if mmap:
+            with zipfile.ZipFile(path) as zf:
+                bad = zf.testzip()
+            if bad is not None:
+                return f'corrupt entry {bad!r} (CRC mismatch)'
+        with trusted_checkpoint_globals():
+            ckpt = torch.load(path, map_location='cpu', weights_only=True,
+                              mmap=mmap)
+    except pickle.UnpicklingError as err:
+        if refused_object(err) is not None:
+            raise UntrustedCheckpointError(explain_refusal(path, err)) \
+                from None
+        return f'{type(err).__name__}: {err}'
+    except Exception as err:  # any failure to read means: do not use it
+        return f'{type(err).__name__}: {str(err).splitlines()[0][:200]}'
+    # Runner.resume reads these three; a published model lacks the hub.
+    missing = [key for key in ('meta', 'state_dict', 'message_hub')
+               if not isinstance(ckpt, dict) or key not in ckpt]
+    if missing:
+        return f'not a resumable training checkpoint (no {missing})'
+    return None
+
+
+def _resumable_candidates(directory: str) -> List[str]:
+    paths = [p for p in glob.glob(osp.join(directory, '*.pth'))
+             if osp.isfile(p)]
+    return sorted(paths, key=osp.getmtime, reverse=True)
+
+
+def find_latest_loadable_checkpoint(path: str) -> Optional[str]:
+    """Auto-resume target: the checkpoint named in ``last_checkpoint`` when
+    it loads, otherwise the newest other ``*.pth`` next to it that loads.
+
+    Args:
+        path (str): the work dir.
+
+    Returns:
+        str or None: None when the work dir has no checkpoint at all.
+
+    Raises:
+        RuntimeError: checkpoints exist but none of them loads.
+    """
+    pointer_file = osp.join(path, 'last_checkpoint')
+    pointed = None
+    if osp.exists(pointer_file):
+        with open(pointer_file) as f:
+            pointed = f.read().strip() or None
+    if pointed is not None and '://' in pointed:
+        return pointed  # remote storage: MMEngine loads it as before
+    directory = osp.dirname(pointed) if pointed else path
+    candidates = ([pointed] if pointed else []) + [
+        p for p in _resumable_candidates(directory) if p != pointed]
+    if not candidates:
+        log('Did not find last_checkpoint to be resumed.', logging.INFO)
+        return None
+    if pointed is None:
+        log(f'{pointer_file} is missing or empty; looking for the newest '
+             f'loadable checkpoint in {directory}.', logging.WARNING)
+    skipped = []
+    for candidate in candidates:
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            if skipped:
+                _report_skipped(path, skipped, candidate)
+            return candidate
+        skipped.append((candidate, problem))
+    raise RuntimeError(
+        '[mmsafe] Cannot resume: no checkpoint in '
+        f'{directory} loads: ' + '; '.join(f'{p}: {why}'
+                                           for p, why in skipped))
+
+
+def _report_skipped(work_dir: str, skipped: List[Tuple[str, str]],
+                    chosen: str) -> None:
+    from mmengine.dist import is_main_process
+
+    from mmsafe.events import write_event
+    for path, problem in skipped:
+        log(f'Skipping checkpoint {path} for auto-resume: it does not load '
+             f'({problem}). Resuming from {chosen} instead.',
+             logging.WARNING)
+        if is_main_process():
+            write_event(work_dir, 'resume_skipped_checkpoint',
+                        checkpoint=path, problem=problem, chosen=chosen)
+
+
+
+
+def record_resume(runner: Any, filename: str) -> None:
+    from mmengine.dist import is_main_process
+
+    from mmsafe.events import INFO_PREFIX, update_counters, write_event
+    # The message hub was just restored from the checkpoint, so the count
+    # carries over from earlier resumes of the same run.
+    previous = runner.message_hub.runtime_info.get(INFO_PREFIX + 'resume',
+                                                   {}) or {}
+    count = int(previous.get('count', 0)) + 1
+    update_counters('resume', count=count, last_checkpoint=filename,
+                    last_iter=runner.iter, last_epoch=runner.epoch)
+    if is_main_process():
+        write_event(runner.work_dir, 'resume', checkpoint=filename,
+                    iter=runner.iter, epoch=runner.epoch, count=count)
+    log(f'Resumed from {filename} at epoch {runner.epoch}, iteration '
+         f'{runner.iter} (resume #{count} of this run).', logging.INFO)

@@ -1,0 +1,88 @@
+"""What the NaN-skip wrappers say about a skipped step: the cause, the log
+line and the error after too many skips in a row."""
+from typing import Dict, List, Optional
+
+#: Skip reasons.
+NONFINITE_LOSS = 'nonfinite_loss'
+NONFINITE_GRAD = 'nonfinite_grad'
+AMP_OVERFLOW = 'amp_overflow'
+ZERO_GRAD = 'zero_grad'
+
+
+def shown(it: Optional[int]):
+    """1-based iteration, as in MMEngine's ``Iter(train) [k/N]`` lines (the
+    JSONL events keep the 0-based ``runner.iter``)."""
+    return '?' if it is None else it + 1
+
+
+def fmt(value: Optional[float]) -> str:
+    return 'n/a' if value is None else f'{value:.6g}'
+
+
+def counter_kind(reason: str) -> Optional[str]:
+    """The counter a skip with first reason ``reason`` adds to."""
+    if reason in (NONFINITE_LOSS, NONFINITE_GRAD):
+        return 'nan_skips'
+    return 'amp_overflow' if reason == AMP_OVERFLOW else None
+
+
+def culprit(reasons: List[str], bad_ranks: List[int], num_ranks: int) -> str:
+    """Why the step was skipped, in words."""
+    if bad_ranks:
+        return (f'the loss was not finite on rank(s) {bad_ranks}, and its '
+                'NaN gradients reached every rank through the gradient '
+                'all-reduce')
+    if reasons[0] in (NONFINITE_GRAD, AMP_OVERFLOW):
+        return ('the losses were finite' +
+                (' on every rank' if num_ranks > 1 else '') +
+                ', but the gradient is not (a NaN/Inf arose in the backward '
+                'pass' + (', or the fp16 loss scale overflowed'
+                          if reasons[0] == AMP_OVERFLOW else '') + ')')
+    if reasons[0] == ZERO_GRAD:
+        return ('the gradient is exactly 0 on every parameter: no rank '
+                'produced any training signal (e.g. every batch was empty '
+                'and the losses vanish on empty input)')
+    return f'requested ({reasons[0]})'
+
+
+def skip_message(it: Optional[int], iters: List[Optional[int]],
+                 reasons: List[str], cause: str, grad_norm: float,
+                 everyone: List[dict], counters: Dict) -> str:
+    """The log line of a skipped step (every rank's losses and files)."""
+    details = '; '.join(
+        f"rank {r['rank']}: loss={[fmt(v) for v in r['losses']]} "
+        f"files={r['files']}" for r in everyone)
+    return (f'skipped the optimizer step of Iter(train) {shown(it)} '
+            f'(window {[shown(i) for i in iters]}) on all ranks, reasons '
+            f'{reasons}: {cause}. grad_norm={fmt(grad_norm)}; {details}; '
+            f"skipped {counters['skipped']} steps so far, "
+            f"{counters['consecutive']} in a row")
+
+
+def too_many_skips(counters: Dict, recent_bad: List[dict],
+                   limit: int) -> RuntimeError:
+    """The error that ends a run after ``limit`` skips in a row."""
+    bad = '; '.join(
+        f"Iter(train) {shown(b['iter'])} ({', '.join(b['reasons'])}): " +
+        ', '.join(f'rank {r} {files}'
+                  for r, files in sorted(b['files'].items()))
+        for b in recent_bad[-limit:])
+    return RuntimeError(
+        f"[mmsafe] {counters['consecutive']} optimizer steps in a row were "
+        f'skipped (max_consecutive_skips={limit}); training is not making '
+        f'progress. Last bad iterations: {bad}. Check these images '
+        '(tools/check_dataset.py), lower the learning rate or enable '
+        'gradient clipping; raise optim_wrapper.max_consecutive_skips only '
+        'if such runs of skips are expected.')
+
+
+def plain(value):
+    """Only builtin types, so checkpoints load with ``weights_only=True``."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, (str, int)) else str(k): plain(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)

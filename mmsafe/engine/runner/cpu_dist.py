@@ -1,0 +1,95 @@
+"""Starting DDP without CUDA: gloo on CPU, and a finite default timeout.
+
+MMEngine 0.10's ``init_dist`` calls ``torch.cuda.set_device`` and
+``Runner.wrap_model`` passes ``device_ids`` to DistributedDataParallel;
+neither works on a CPU-only PyTorch. :class:`~mmsafe.engine.runner.
+SafeRunner` starts the process group itself when CUDA is absent (before
+MMEngine's ``setup_env``, which then finds it initialised) and wraps a CPU
+model without ``device_ids``. With CUDA, MMEngine's own code runs.
+"""
+import os
+import subprocess
+from datetime import timedelta
+
+import torch
+import torch.distributed as torch_dist
+
+from mmsafe.events import log, log_once
+
+#: ``env_cfg.dist_cfg.timeout`` (seconds) of a distributed run whose config
+#: sets none: a rank that waits for a dead or stalled peer fails instead of
+#: waiting forever. Keep it above the hang watchdog's deadlines.
+DEFAULT_DIST_TIMEOUT = 1800
+
+
+def cuda_usable() -> bool:
+    """Whether this process can use a CUDA device."""
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def with_default_timeout(dist_cfg: dict) -> dict:
+    """``dist_cfg`` with :data:`DEFAULT_DIST_TIMEOUT` when it sets no
+    timeout (logged); a config's own value always wins."""
+    dist_cfg = dict(dist_cfg or {})
+    if dist_cfg.get('timeout') is None:
+        dist_cfg['timeout'] = DEFAULT_DIST_TIMEOUT
+        log(f'distributed timeout: {DEFAULT_DIST_TIMEOUT:g} s (mmsafe '
+            'default; set env_cfg.dist_cfg.timeout to change it).')
+    return dist_cfg
+
+
+def _cpu_backend(backend) -> str:
+    if backend in (None, 'nccl'):
+        log_once(
+            'gloo', '[mmsafe] CUDA is not available: using the gloo backend '
+            f'instead of {backend!r} for distributed training on CPU. Set '
+            "env_cfg.dist_cfg.backend='gloo' to silence this message.")
+        return 'gloo'
+    return backend
+
+
+def _slurm_env(port=None) -> None:
+    """The environment variables torch's env:// rendezvous reads, from
+    SLURM's (what MMEngine's slurm launcher sets, with SLURM's local id as
+    the local rank instead of a GPU index)."""
+    proc_id = int(os.environ['SLURM_PROCID'])
+    node_list = os.environ['SLURM_NODELIST']
+    if port is not None:
+        os.environ['MASTER_PORT'] = str(port)
+    os.environ.setdefault('MASTER_PORT', '29500')
+    if 'MASTER_ADDR' not in os.environ:
+        os.environ['MASTER_ADDR'] = subprocess.getoutput(
+            f'scontrol show hostname {node_list} | head -n1')
+    os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
+    os.environ['LOCAL_RANK'] = os.environ.get('SLURM_LOCALID', '0')
+    os.environ['RANK'] = str(proc_id)
+
+
+def init_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
+    """Start the default process group on CPU (gloo).
+
+    Args:
+        launcher (str): ``'pytorch'`` (torchrun) or ``'slurm'``.
+        dist_cfg (dict): ``env_cfg.dist_cfg``; ``timeout`` in seconds.
+
+    Raises:
+        RuntimeError: for a launcher MMEngine supports on GPUs only.
+    """
+    cfg = dict(dist_cfg)
+    backend = _cpu_backend(cfg.pop('backend', None))
+    if cfg.pop('init_backend', 'torch') != 'torch':
+        raise RuntimeError(
+            '[mmsafe] distributed training on CPU supports '
+            "env_cfg.dist_cfg.init_backend='torch' only.")
+    timeout = cfg.pop('timeout', None)
+    if timeout is not None:
+        cfg['timeout'] = timedelta(seconds=timeout)
+    port = cfg.pop('port', None)
+    if launcher == 'slurm':
+        _slurm_env(port)
+    elif launcher != 'pytorch':
+        raise RuntimeError(
+            f'[mmsafe] --launcher {launcher} needs CUDA in MMEngine. On a '
+            'machine without a GPU use `torchrun --nproc_per_node=N '
+            'tools/train.py CONFIG --launcher pytorch` (or slurm).')
+    torch_dist.init_process_group(backend=backend, **cfg)
