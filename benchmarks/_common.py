@@ -78,7 +78,8 @@ _COLLECTIVES = (
 #: mmsafe's guards (not its model or data code, which are the workload).
 GUARD_DIRS = tuple(
     osp.join(MMSAFE_DIR, d)
-    for d in ('engine' + os.sep, 'dist.py', 'events.py', 'compat' + os.sep))
+    for d in ('engine' + os.sep, 'dist.py', 'events.py',
+              'checkpoint' + os.sep))
 _TORCH_TENSOR_HELPERS = ('torch' + os.sep + '_tensor.py',
                          'torch' + os.sep + 'overrides.py')
 
