@@ -1,5 +1,6 @@
-"""Paired data preprocessor, dual-stream detector and the MACL head."""
-from .paired_data_preprocessor import PairedDetDataPreprocessor  # noqa: F401
-from .fusion import AddFusion, ConcatConvFusion, WeightedAddFusion  # noqa: F401,E501
-from .macl_head import MACLHead  # noqa: F401
-from .dual_stream_faster_rcnn import DualStreamFasterRCNN  # noqa: F401
+"""mmsafe's models, laid out as MMDetection's: data preprocessors,
+detectors, heads and layers (fusion, contrastive terms, gathering)."""
+from .data_preprocessors import PairedDetDataPreprocessor  # noqa: F401
+from .detectors import DualStreamFasterRCNN  # noqa: F401
+from .heads import MACLHead  # noqa: F401
+from .layers import AddFusion, ConcatConvFusion, WeightedAddFusion  # noqa: F401,E501

@@ -83,7 +83,8 @@ class ToyPairModel(BaseModel):
         macl (bool): Build the MACL head.
         loss_cls (dict): Classification loss config.
         drop_macl_on_rank (int, optional): Leave ``loss_macl`` out of the
-            loss dict on this rank (the bare-``except`` incident).
+            loss dict on this rank (as a swallowed exception around it
+            would).
         double_count (bool): Also return ``loss_total`` computed from the
             other losses.
         grad_log_key (bool): Return a grad-carrying ``macl_similarity``.

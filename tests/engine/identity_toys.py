@@ -5,7 +5,8 @@
   step (scale, backward, optional unscale + clip, ``scaler.step``,
   ``scaler.update``) with CPU autocast, the "guards off" side of the AMP
   comparisons (``AmpOptimWrapper`` itself refuses to run without a GPU);
-  mmcv's detection ops run in float32 under it, as they must on CPU.
+  the dual-stream detector runs its RPN/RoI heads (mmcv's ops) in float32
+  under it, as under ``AmpNaNSkipOptimWrapper``.
 * :class:`CallCountHook`: counts, per training iteration, the Python-level
   ``torch.distributed`` collectives of the whole process and the host
   synchronisations (``.item()``, ``float(t)``, ...) made by mmsafe's guard
@@ -32,11 +33,6 @@ class ReferenceCpuAmpOptimWrapper(OptimWrapper):
 
     def __init__(self, loss_scale='dynamic', dtype=None, **kwargs):
         super().__init__(**kwargs)
-        # mmcv's CPU kernels (NMS, RoIAlign) reject half precision: run
-        # them in float32 exactly as AmpNaNSkipOptimWrapper does on CPU.
-        from mmsafe.engine.optimizers.cpu_amp_ops import \
-            install_fp32_mmcv_cpu_ops
-        install_fp32_mmcv_cpu_ops()
         self._scale_update_param = None
         if loss_scale == 'dynamic':
             self.loss_scaler = torch.amp.GradScaler('cpu')

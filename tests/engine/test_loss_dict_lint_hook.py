@@ -5,7 +5,7 @@ import tempfile
 
 import torch
 
-from mmsafe.engine.hooks import LossDictLintHook
+from mmsafe.engine.analysis.loss_dict import lint_loss_dict
 from tests.engine.check_toys_cfg import toy_config
 from tests.engine.check_toys_run import events, healthy_run, why
 from tests.utils import run_train
@@ -58,17 +58,16 @@ def _leaf_losses():
 
 
 def test_lint_structure_weighted_sum_and_detached_copy():
-    hook = LossDictLintHook()
     w, losses = _leaf_losses()
-    assert hook._lint_structure(losses) == []
+    assert lint_loss_dict(losses) == []
     weighted = dict(losses, loss_total=0.3 * losses['loss_a'] +
                     2.0 * losses['loss_b'])
-    (finding, ) = hook._lint_structure(weighted)
+    (finding, ) = lint_loss_dict(weighted)
     assert "\"loss_total\" is computed from ['loss_a', 'loss_b']" in finding
     detached = dict(losses, loss_sum=(losses['loss_a'] +
                                       losses['loss_b']).detach())
-    (finding, ) = hook._lint_structure(detached)
+    (finding, ) = lint_loss_dict(detached)
     assert "\"loss_sum\" = " in finding and "['loss_a', 'loss_b']" in finding
     logged = dict(losses, similarity=w.sum())
-    (finding, ) = hook._lint_structure(logged)
+    (finding, ) = lint_loss_dict(logged)
     assert '"similarity" requires grad' in finding

@@ -1,3 +1,4 @@
+import json
 import os.path as osp
 
 import pytest
@@ -14,6 +15,11 @@ from tests.utils import REPO_ROOT
 
 TINY = osp.join(REPO_ROOT, 'configs', '_base_', 'models',
                 'dual_faster_rcnn_r18w16_fpn_tiny.py')
+R50 = osp.join(REPO_ROOT, 'configs', '_base_', 'models',
+               'dual_faster_rcnn_r50_fpn.py')
+#: The tiny model config as it was when it repeated the R50 recipe in full.
+TINY_SNAPSHOT = osp.join(osp.dirname(__file__), 'snapshots',
+                         'tiny_model_cfg.json')
 MMDET_KEYS = {'loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls', 'loss_bbox', 'acc'}
 
 
@@ -191,3 +197,23 @@ def test_concat_conv_fusion_starts_as_mean():
     channels = model.fusions[0].in_channels
     v, r = (torch.randn(2, channels, 4, 4), torch.randn(2, channels, 4, 4))
     torch.testing.assert_close(model.fusions[0](v, r), (v + r) / 2)
+
+
+def test_tiny_config_inherits_the_r50_recipe_and_builds_the_same_model():
+    cfg = Config.fromfile(TINY)
+    with open(TINY) as f:
+        text = f.read()
+    assert "_base_ = './dual_faster_rcnn_r50_fpn.py'" in text
+    # Only the differences are stated: far shorter than the R50 recipe.
+    with open(R50) as f:
+        assert len(text.splitlines()) < len(f.read().splitlines()) // 2
+    built = json.loads(json.dumps(cfg.model.to_dict(), sort_keys=True))
+    with open(TINY_SNAPSHOT) as f:
+        assert built == json.load(f)
+    # The same architecture: parameter names and shapes of the built model.
+    model = _build()
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    assert shapes['backbone.conv1.weight'] == (16, 3, 7, 7)
+    assert shapes['ir_neck.fpn_convs.2.conv.weight'] == (32, 32, 3, 3)
+    assert shapes['roi_head.bbox_head.shared_fcs.1.weight'] == (128, 128)
+    assert not any(k.startswith('backbone.layer4') for k in shapes)

@@ -1,52 +1,34 @@
-# A tiny dual-stream Faster R-CNN for CPU demos and tests: ResNet-18 with a
-# quarter of the width (base_channels=16; 3 stages: 16/32/64 channels) per
-# modality, a 32-channel FPN on strides 4/8/16, small anchors for the small
-# people of 160x128 images, MACL on the last FPN level. Trained from scratch
-# (no download).
+# A tiny dual-stream Faster R-CNN for CPU demos and tests: the R50 recipe of
+# dual_faster_rcnn_r50_fpn.py with ResNet-18 at a quarter of the width
+# (base_channels=16; 3 stages: 16/32/64 channels) per modality, a 32-channel
+# FPN per modality on strides 4/8/16, small anchors for the small people of
+# 160x128 images, MACL on the last FPN level. Trained from scratch (no
+# download). Only what differs from the R50 recipe is stated here.
+_base_ = './dual_faster_rcnn_r50_fpn.py'
+
+resnet18w16 = dict(
+    depth=18,
+    base_channels=16,
+    num_stages=3,
+    strides=(1, 2, 2),
+    dilations=(1, 1, 1),
+    out_indices=(0, 1, 2),
+    frozen_stages=-1,
+    norm_eval=False,
+    init_cfg=None)
+fpn32 = dict(type='FPN', in_channels=[16, 32, 64], out_channels=32, num_outs=3)
+
 model = dict(
-    type='DualStreamFasterRCNN',
     data_preprocessor=dict(
-        type='PairedDetDataPreprocessor',
-        visible=dict(
-            mean=[123.675, 116.28, 103.53],
-            std=[58.395, 57.12, 57.375],
-            bgr_to_rgb=True),
         # Infrared is grey in three channels: one mean/std for all.
-        infrared=dict(mean=[128.0], std=[64.0], bgr_to_rgb=False),
-        pad_size_divisor=32),
-    backbone=dict(
-        type='ResNet',
-        depth=18,
-        base_channels=16,
-        num_stages=3,
-        strides=(1, 2, 2),
-        dilations=(1, 1, 1),
-        out_indices=(0, 1, 2),
-        frozen_stages=-1,
-        norm_cfg=dict(type='BN', requires_grad=True),
-        norm_eval=False,
-        style='pytorch',
-        init_cfg=None),
-    # Own infrared backbone; None would share the visible one's weights.
-    ir_backbone=dict(
-        type='ResNet',
-        depth=18,
-        base_channels=16,
-        num_stages=3,
-        strides=(1, 2, 2),
-        dilations=(1, 1, 1),
-        out_indices=(0, 1, 2),
-        frozen_stages=-1,
-        norm_cfg=dict(type='BN', requires_grad=True),
-        norm_eval=False,
-        style='pytorch',
-        init_cfg=None),
-    neck=dict(
-        type='FPN', in_channels=[16, 32, 64], out_channels=32, num_outs=3),
-    ir_neck=dict(
-        type='FPN', in_channels=[16, 32, 64], out_channels=32, num_outs=3),
-    fusion=dict(type='ConcatConvFusion'),
+        infrared=dict(mean=[128.0], std=[64.0], bgr_to_rgb=False)),
+    backbone=resnet18w16,
+    # Own infrared backbone and FPN (same architecture, own weights).
+    ir_backbone=resnet18w16,
+    neck=fpn32,
+    ir_neck=dict(_delete_=True, **fpn32),  # the base shares the FPN
     macl_head=dict(
+        _delete_=True,
         type='MACLHead',
         in_dim=32,
         proj_dim=32,
@@ -56,88 +38,20 @@ model = dict(
         gather_negatives=False,
         loss_weight=0.1),
     rpn_head=dict(
-        type='RPNHead',
         in_channels=32,
         feat_channels=32,
         anchor_generator=dict(
-            type='AnchorGenerator',
-            scales=[4],
-            ratios=[1.0, 2.0, 3.0],
-            strides=[4, 8, 16]),
-        bbox_coder=dict(
-            type='DeltaXYWHBBoxCoder',
-            target_means=[.0, .0, .0, .0],
-            target_stds=[1.0, 1.0, 1.0, 1.0]),
-        loss_cls=dict(
-            type='CrossEntropyLoss', use_sigmoid=True, loss_weight=1.0),
-        loss_bbox=dict(type='L1Loss', loss_weight=1.0)),
+            scales=[4], ratios=[1.0, 2.0, 3.0], strides=[4, 8, 16])),
     roi_head=dict(
-        type='StandardRoIHead',
         bbox_roi_extractor=dict(
-            type='SingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=2),
+            roi_layer=dict(sampling_ratio=2),
             out_channels=32,
             featmap_strides=[4, 8, 16]),
-        bbox_head=dict(
-            type='Shared2FCBBoxHead',
-            in_channels=32,
-            fc_out_channels=128,
-            roi_feat_size=7,
-            num_classes=1,
-            bbox_coder=dict(
-                type='DeltaXYWHBBoxCoder',
-                target_means=[0., 0., 0., 0.],
-                target_stds=[0.1, 0.1, 0.2, 0.2]),
-            reg_class_agnostic=False,
-            loss_cls=dict(
-                type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
-            loss_bbox=dict(type='L1Loss', loss_weight=1.0))),
+        bbox_head=dict(in_channels=32, fc_out_channels=128)),
     train_cfg=dict(
-        rpn=dict(
-            assigner=dict(
-                type='MaxIoUAssigner',
-                pos_iou_thr=0.6,
-                neg_iou_thr=0.3,
-                min_pos_iou=0.3,
-                match_low_quality=True,
-                ignore_iof_thr=-1),
-            sampler=dict(
-                type='RandomSampler',
-                num=128,
-                pos_fraction=0.5,
-                neg_pos_ub=-1,
-                add_gt_as_proposals=False),
-            allowed_border=-1,
-            pos_weight=-1,
-            debug=False),
-        rpn_proposal=dict(
-            nms_pre=600,
-            max_per_img=200,
-            nms=dict(type='nms', iou_threshold=0.7),
-            min_bbox_size=0),
-        rcnn=dict(
-            assigner=dict(
-                type='MaxIoUAssigner',
-                pos_iou_thr=0.5,
-                neg_iou_thr=0.5,
-                min_pos_iou=0.5,
-                match_low_quality=False,
-                ignore_iof_thr=-1),
-            sampler=dict(
-                type='RandomSampler',
-                num=64,
-                pos_fraction=0.25,
-                neg_pos_ub=-1,
-                add_gt_as_proposals=True),
-            pos_weight=-1,
-            debug=False)),
+        rpn=dict(assigner=dict(pos_iou_thr=0.6), sampler=dict(num=128)),
+        rpn_proposal=dict(nms_pre=600, max_per_img=200),
+        rcnn=dict(sampler=dict(num=64))),
     test_cfg=dict(
-        rpn=dict(
-            nms_pre=300,
-            max_per_img=100,
-            nms=dict(type='nms', iou_threshold=0.7),
-            min_bbox_size=0),
-        rcnn=dict(
-            score_thr=0.05,
-            nms=dict(type='nms', iou_threshold=0.5),
-            max_per_img=50)))
+        rpn=dict(nms_pre=300, max_per_img=100),
+        rcnn=dict(max_per_img=50)))

@@ -1,58 +1,21 @@
 """Lint the model's loss dict at the first training iteration."""
-import copy
-import itertools
 import logging
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
-import torch
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
 
 from mmsafe.dist import get_rank
+from mmsafe.engine.analysis.loss_dict import lint_loss_dict
+from mmsafe.engine.analysis.loss_weight_probe import probe_loss_weights
 from mmsafe.engine.monitor_sync import monitor_sync_of
+from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import log, update_counters, write_event
-from mmsafe.rng import RNGState
 
 _FINDINGS = 'loss_dict_lint/findings'
 _POLICIES = ('warn', 'raise')
-
-
-def _as_tensors(value) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)) and all(
-            isinstance(v, torch.Tensor) for v in value):
-        return list(value)
-    return []
-
-
-def _scalar(value) -> Optional[float]:
-    """The value ``parse_losses`` logs for a loss-dict entry."""
-    tensors = _as_tensors(value)
-    if not tensors:
-        return None
-    return float(sum(t.detach().float().mean() for t in tensors))
-
-
-def _depends_on(roots, targets: Dict[int, List[str]], own: str,
-                limit: int = 500000) -> List[str]:
-    """Names of the ``targets`` (grad_fn id -> keys) reachable from the
-    autograd nodes ``roots``; the graph is only inspected, never run."""
-    found, seen, stack = set(), set(), list(roots)
-    while stack and len(seen) < limit:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        hits = [k for k in targets.get(id(fn), []) if k != own]
-        if hits:
-            found.update(hits)
-            continue  # what lies below a loss term is that term's business
-        stack.extend(nxt for nxt, _ in fn.next_functions)
-    return sorted(found)
 
 
 @HOOKS.register_module()
@@ -131,11 +94,6 @@ class LossDictLintHook(Hook):
         self.last_findings: List[str] = []
         self._sync = None
 
-    @staticmethod
-    def _unwrap(runner):
-        return runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
-
     # ------------------------------------------------------------------ #
     def before_run(self, runner) -> None:
         self._sync = monitor_sync_of(runner)
@@ -144,7 +102,7 @@ class LossDictLintHook(Hook):
     def before_train(self, runner) -> None:
         if self._done:
             return
-        model = self._unwrap(runner)
+        model = unwrap_model(runner.model)
         self._handle = model.register_forward_hook(
             self._capture, with_kwargs=True)
 
@@ -155,66 +113,8 @@ class LossDictLintHook(Hook):
         self._handle.remove()
         self._handle = None
         self._keys = list(output)
-        self._findings = self._lint_structure(output)
-
-    def _close(self, a: float, b: float) -> bool:
-        return abs(a - b) <= self.atol + self.rtol * max(abs(a), abs(b))
-
-    def _lint_structure(self, losses: dict) -> List[str]:
-        findings = []
-        loss_keys = [k for k in losses if 'loss' in k]
-        for key, value in losses.items():
-            if 'loss' in key:
-                continue
-            if any(t.requires_grad for t in _as_tensors(value)):
-                findings.append(
-                    f'"{key}" requires grad but its key has no "loss", so '
-                    'parse_losses only logs it and it is never optimised: '
-                    'rename it to loss_* or detach it')
-        # Structural: which loss entries are computed from other entries.
-        targets: Dict[int, List[str]] = {}
-        for key in loss_keys:
-            for t in _as_tensors(losses[key]):
-                if t.grad_fn is not None:
-                    targets.setdefault(id(t.grad_fn), []).append(key)
-        flagged = set()
-        for key in loss_keys:
-            roots = [t.grad_fn for t in _as_tensors(losses[key])
-                     if t.grad_fn is not None]
-            parts = _depends_on(roots, targets, key) if roots else []
-            if parts:
-                flagged.add(key)
-                findings.append(
-                    f'"{key}" is computed from {parts}, which are loss '
-                    'entries too: parse_losses sums every key with "loss", '
-                    f'so these terms are counted twice. Return either "{key}" '
-                    'or its parts, or rename one side without "loss"')
-        # Numeric: equal to the sum of a subset of the other entries.
-        values = {k: _scalar(losses[k]) for k in loss_keys}
-        nonzero = {k: v for k, v in values.items()
-                   if v is not None and abs(v) > self.atol}
-        for key, value in nonzero.items():
-            if key in flagged:
-                continue
-            others = [k for k in nonzero if k != key]
-            if len(others) <= self.max_subset_keys:
-                sizes = range(1, len(others) + 1)
-            else:
-                sizes = [1, 2]
-            subsets = itertools.chain.from_iterable(
-                itertools.combinations(others, n) for n in sizes)
-            if len(others) > self.max_subset_keys:
-                subsets = itertools.chain(subsets, [tuple(others)])
-            for subset in subsets:
-                total = sum(nonzero[k] for k in subset)
-                if self._close(total, value):
-                    findings.append(
-                        f'"{key}" = {value:.6g} equals the sum of '
-                        f'{list(subset)} ({total:.6g}): parse_losses sums '
-                        'every key with "loss", so these terms are counted '
-                        'twice (and the logged total is inflated)')
-                    break
-        return findings
+        self._findings = lint_loss_dict(output, self.rtol, self.atol,
+                                        self.max_subset_keys)
 
     # ------------------------------------------------------------------ #
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
@@ -237,7 +137,9 @@ class LossDictLintHook(Hook):
                             'be linted')
         start = time.perf_counter()
         if self.check_weights:
-            findings.extend(self._probe_weights(runner, data_batch))
+            findings.extend(probe_loss_weights(
+                unwrap_model(runner.model), data_batch, self.weight_scale,
+                self.rtol, self.atol))
         probe_s = time.perf_counter() - start
         findings = list(dict.fromkeys(findings))
         self.last_findings = findings
@@ -270,92 +172,3 @@ class LossDictLintHook(Hook):
                       'see the other ranks\' logs'))
         raise RuntimeError(f'[mmsafe] {message}\nSet LossDictLintHook '
                            "policy='warn' to only log this.")
-
-    # ------------------------------------------------------------------ #
-    def _loss_values(self, model, data_batch, rng: RNGState,
-                     buffers: Dict[str, torch.Tensor]) -> Dict[str, float]:
-        rng.restore()
-        with torch.no_grad():
-            data = model.data_preprocessor(copy.deepcopy(data_batch), True)
-            if isinstance(data, dict):
-                losses = model(**data, mode='loss')
-            else:
-                losses = model(*data, mode='loss')
-        # Restore BatchNorm statistics and other buffers the run touched.
-        for name, buf in model.named_buffers():
-            if name in buffers:
-                buf.copy_(buffers[name])
-        return {
-            k: v
-            for k, v in ((k, _scalar(v)) for k, v in losses.items()
-                         if 'loss' in k) if v is not None
-        }
-
-    def _probe_weights(self, runner, data_batch) -> List[str]:
-        model = self._unwrap(runner)
-        weighted: List[Tuple[str, torch.nn.Module]] = [
-            (name, m) for name, m in model.named_modules()
-            if isinstance(getattr(m, 'loss_weight', None), (int, float))
-            and not isinstance(getattr(m, 'loss_weight'), bool)
-            and getattr(m, 'loss_weight') != 0
-        ]
-        if not weighted or data_batch is None:
-            return []
-        rng = RNGState()
-        buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
-        outputs_seen: Dict[str, List[float]] = {}
-        handles = []
-        for name, module in weighted:
-            def record(mod, args, out, name=name):
-                for t in _as_tensors(out if not isinstance(out, dict) else
-                                     list(out.values())):
-                    outputs_seen.setdefault(name, []).append(
-                        float(t.detach().abs().sum()))
-            handles.append(module.register_forward_hook(record))
-        findings = []
-        try:
-            # The same number of forwards on every rank, whatever the
-            # values (a forward may hold collectives: SyncBN, gathered
-            # MACL negatives).
-            base = self._loss_values(model, data_batch, rng, buffers)
-            for handle in handles:
-                handle.remove()
-            again = self._loss_values(model, data_batch, rng, buffers)
-            scaled_runs = []
-            for name, module in weighted:
-                original = module.loss_weight
-                module.loss_weight = original * self.weight_scale
-                try:
-                    scaled_runs.append(
-                        self._loss_values(model, data_batch, rng, buffers))
-                finally:
-                    module.loss_weight = original
-            stable = [k for k in base if k in again
-                      and self._close(base[k], again[k])]
-            if not stable:
-                log('LossDictLintHook: the loss is not reproducible with the '
-                    'RNG state restored; the loss-weight probe is skipped '
-                    '(set check_weights=False to silence this).',
-                    logging.WARNING)
-                return []
-            for (name, module), scaled in zip(weighted, scaled_runs):
-                changed = [k for k in stable if k in scaled
-                           and not self._close(base[k], scaled[k])]
-                if changed:
-                    continue
-                seen = outputs_seen.get(name)
-                if seen is not None and sum(seen) <= self.atol:
-                    log(f'LossDictLintHook: {name}.loss_weight could not be '
-                        'verified: its loss term is zero on the first batch.')
-                    continue
-                findings.append(
-                    f'{name}.loss_weight={module.loss_weight} has no effect: '
-                    f'scaling it by {self.weight_scale} changed none of the '
-                    f'loss entries {stable}. The configured weight never '
-                    'reaches the loss (the module ignores it, or its output '
-                    'is dropped or replaced)')
-        finally:
-            for handle in handles:
-                handle.remove()
-            rng.restore()
-        return findings

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from mmdet.registry import OPTIM_WRAPPERS
-from .cpu_amp_ops import install_fp32_mmcv_cpu_ops
+from .cpu_autocast_errors import cpu_autocast_op_message, mmcv_op_frame
 from .nan_skip_optim_wrapper import (AMP_OVERFLOW, NONFINITE_GRAD,
                                      NaNSkipOptimWrapper)
 
@@ -43,6 +43,12 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
     (``train/amp_overflows``), which is normal while the dynamic loss scale
     settles early in training.
 
+    On CPU, mmcv's NMS / RoIAlign / RoIPool kernels take float32 only; the
+    model must call them on float32 tensors with autocast disabled
+    (:class:`DualStreamFasterRCNN` does). A model that does not fails in
+    the forward with a ``RuntimeError`` from this wrapper that names the op
+    and the fix (the kernel's own error is its cause).
+
     Args:
         loss_scale (float | str | dict): ``'dynamic'`` (default GradScaler),
             a number (static scale) or a dict of ``GradScaler`` arguments
@@ -52,10 +58,6 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
             device's autocast default (float16 on CUDA, bfloat16 on CPU).
         device_type (str, optional): ``'cuda'`` or ``'cpu'``. None picks
             CUDA when available.
-        fp32_mmcv_ops (bool): on CPU, run mmcv's NMS / RoIAlign / RoIPool
-            in float32 (their CPU kernels reject half precision; see
-            :mod:`mmsafe.engine.optimizers.cpu_amp_ops`). Logged once.
-            Ignored on CUDA. Defaults to True.
         **kwargs: arguments of :class:`NaNSkipOptimWrapper`.
     """
 
@@ -63,14 +65,11 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
                  loss_scale: Union[str, float, dict] = 'dynamic',
                  dtype: Optional[Union[str, torch.dtype]] = None,
                  device_type: Optional[str] = None,
-                 fp32_mmcv_ops: bool = True,
                  **kwargs) -> None:
         super().__init__(**kwargs)
         if device_type is None:
             device_type = 'cuda' if torch.cuda.is_available() else 'cpu'
         self.device_type = device_type
-        if device_type == 'cpu' and fp32_mmcv_ops:
-            install_fp32_mmcv_cpu_ops()
         self._scale_update_param = None
         if loss_scale == 'dynamic':
             self.loss_scaler = torch.amp.GradScaler(device_type)
@@ -97,10 +96,24 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
 
     @contextmanager
     def optim_context(self, model: nn.Module):
-        """Autocast on :attr:`device_type`, plus the base class's context."""
+        """Autocast on :attr:`device_type`, plus the base class's context.
+
+        Raises:
+            RuntimeError: on CPU, when an mmcv op in the forward rejects the
+                autocast dtype (chained to the op's error).
+        """
         with super().optim_context(model), torch.autocast(
                 device_type=self.device_type, dtype=self.cast_dtype):
-            yield
+            try:
+                yield
+            except (RuntimeError, NotImplementedError) as exc:
+                frame = (mmcv_op_frame(exc)
+                         if self.device_type == 'cpu' else None)
+                if frame is None:
+                    raise
+                raise RuntimeError(
+                    cpu_autocast_op_message(
+                        frame, exc, torch.get_autocast_dtype('cpu'))) from exc
 
     def _is_amp(self) -> bool:
         return True

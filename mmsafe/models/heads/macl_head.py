@@ -4,7 +4,6 @@ import math
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
-import torch.distributed as torch_dist
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.dist import get_rank, get_world_size
@@ -15,53 +14,12 @@ from mmdet.registry import MODELS
 from mmdet.utils import OptMultiConfig
 
 from mmsafe.events import log, update_counters
-
-
-class _GatherRows(torch.autograd.Function):
-    """All-gather of rows (padded to the largest rank) whose backward sums
-    each rank's gradient over all ranks and hands every rank the part of
-    its own rows: the gradient of a loss that uses other ranks' rows flows
-    back to the rank that produced them."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, sizes: Tuple[int, ...], rank: int) -> Tensor:
-        ctx.sizes, ctx.rank = sizes, rank
-        padded = x.new_zeros((max(sizes), *x.shape[1:]))
-        padded[:x.shape[0]] = x
-        buffers = [torch.zeros_like(padded) for _ in sizes]
-        torch_dist.all_gather(buffers, padded)
-        return torch.cat([buf[:size] for buf, size in zip(buffers, sizes)])
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        sizes, rank = ctx.sizes, ctx.rank
-        padded = grad.new_zeros((len(sizes), max(sizes), *grad.shape[1:]))
-        for i, part in enumerate(grad.split(list(sizes))):
-            padded[i, :sizes[i]] = part
-        # Every rank runs this backward (every rank computed the loss).
-        torch_dist.all_reduce(padded)
-        return padded[rank, :sizes[rank]], None, None
-
-
-def gather_rows(x: Tensor) -> Tuple[Tensor, int, int]:
-    """All-gather ``x`` (rows may differ in number between ranks), with
-    gradients back to the rank that produced each row.
-
-    Every rank must call this, whatever its number of rows (even 0).
-
-    Returns:
-        tuple: the rows of all ranks in rank order, the offset of this
-        rank's rows in them, and the total number of rows.
-    """
-    world_size = get_world_size()
-    if world_size == 1:
-        return x, 0, x.shape[0]
-    rank = get_rank()
-    num = torch.tensor([x.shape[0]], device=x.device, dtype=torch.long)
-    sizes = [torch.zeros_like(num) for _ in range(world_size)]
-    torch_dist.all_gather(sizes, num)
-    sizes = tuple(int(s) for s in torch.cat(sizes).tolist())
-    return _GatherRows.apply(x, sizes, rank), sum(sizes[:rank]), sum(sizes)
+from ..layers.contrastive import (contrastive_logs, pair_gap,
+                                  symmetric_info_nce)
+from ..layers.gather import gather_rows
+from ..layers.macl_embedding import (global_pool, make_projector,
+                                     select_level, update_centers_)
+from ..utils import connected_zero
 
 
 @MODELS.register_module()
@@ -173,9 +131,11 @@ class MACLHead(BaseModule):
         self.gather_negatives = gather_negatives
         self.loss_weight = loss_weight
 
-        self.vis_projector = self._make_projector(norm)
-        self.ir_projector = (self.vis_projector if shared_projector else
-                             self._make_projector(norm))
+        self.vis_projector = make_projector(in_dim, self.hidden_dim,
+                                            proj_dim, norm)
+        self.ir_projector = (
+            self.vis_projector if shared_projector else make_projector(
+                in_dim, self.hidden_dim, proj_dim, norm))
         log_t = torch.tensor(math.log(init_temperature))
         if learnable_temperature:
             self.log_temperature = nn.Parameter(log_t)
@@ -189,69 +149,25 @@ class MACLHead(BaseModule):
         self.num_small_batches = 0
         self._center_started: Optional[bool] = None
 
-    def _make_projector(self, norm: Optional[str]) -> nn.Module:
-        layers = [nn.Linear(self.in_dim, self.hidden_dim)]
-        if norm == 'LN':
-            layers.append(nn.LayerNorm(self.hidden_dim))
-        layers += [nn.ReLU(inplace=True),
-                   nn.Linear(self.hidden_dim, self.proj_dim)]
-        return nn.Sequential(*layers)
-
     @property
     def temperature(self) -> Tensor:
         """The clamped temperature."""
         return self.log_temperature.exp().clamp(self.min_temperature,
                                                 self.max_temperature)
 
-    def _select(self, feats: Sequence[Tensor], name: str) -> Tensor:
-        if isinstance(feats, Tensor):
-            feats = (feats, )
-        num_levels = len(feats)
-        if not -num_levels <= self.feature_level < num_levels:
-            raise IndexError(
-                f'MACLHead.feature_level={self.feature_level} is out of range '
-                f'for the {num_levels} {name} feature levels')
-        feat = feats[self.feature_level]
-        if feat.dim() != 4:
-            raise ValueError(f'MACLHead expects {name} feature maps of shape '
-                             f'[B, C, H, W], got {tuple(feat.shape)}')
-        if feat.shape[1] != self.in_dim:
-            raise ValueError(
-                f'MACLHead.in_dim={self.in_dim} does not match the {name} '
-                f'features at feature_level={self.feature_level}, which have '
-                f'{feat.shape[1]} channels: set macl_head.in_dim='
-                f'{feat.shape[1]} (or pick another feature_level).')
-        return feat
-
-    def _pool(self, feat: Tensor) -> Tensor:
-        if self.pooling == 'avg':
-            return F.adaptive_avg_pool2d(feat, 1).flatten(1)
-        return F.adaptive_max_pool2d(feat, 1).flatten(1)
-
     @torch.no_grad()
     def _update_centers(self, vis: Tensor, ir: Tensor) -> None:
         if self.center_momentum is None or not self.training:
             return
-        sums = torch.cat([vis.sum(0), ir.sum(0),
-                          vis.new_full((1, ), vis.shape[0])])
-        if self.gather_negatives and get_world_size() > 1:
-            # The same batch mean on every rank, so the centres are too.
-            torch_dist.all_reduce(sums)
-        count = sums[-1:]
         if self._center_started is None:
             # Read once (a resumed run continues its centres).
             self._center_started = bool(self.num_center_updates > 0)
-        if not self._center_started and not vis.shape[0]:
-            return
-        m = self.center_momentum if self._center_started else 0.
-        # A rank (or all ranks) without pairs keeps the centres unchanged.
-        scale = torch.where(count > 0, 1 - m, 0.) / count.clamp(min=1)
-        keep = torch.where(count > 0, m, 1.)
-        dim = self.in_dim
-        self.vis_center.mul_(keep).add_(sums[:dim] * scale)
-        self.ir_center.mul_(keep).add_(sums[dim:2 * dim] * scale)
-        self.num_center_updates += 1
-        self._center_started = True
+        if update_centers_(
+                self.vis_center, self.ir_center, vis, ir,
+                self.center_momentum, self._center_started,
+                all_reduce=self.gather_negatives and get_world_size() > 1):
+            self.num_center_updates += 1
+            self._center_started = True
 
     def _embed(self, pooled: Tensor, projector: nn.Module,
                center: Optional[Tensor]) -> Tensor:
@@ -270,21 +186,14 @@ class MACLHead(BaseModule):
         Returns:
             tuple[Tensor]: ``[B, proj_dim]`` unit embeddings per modality.
         """
-        vis, ir = self._pool(vis_feat), self._pool(ir_feat)
+        vis = global_pool(vis_feat, self.pooling)
+        ir = global_pool(ir_feat, self.pooling)
         self._update_centers(vis, ir)
         centered = self.center_momentum is not None
         return (self._embed(vis, self.vis_projector,
                             self.vis_center if centered else None),
                 self._embed(ir, self.ir_projector,
                             self.ir_center if centered else None))
-
-    def _connected_zero(self, *tensors: Tensor) -> Tensor:
-        """A zero that depends on every parameter of the head (and the
-        features), so backward reaches all of them on every rank."""
-        zero = sum(p.sum() for p in self.parameters() if p.requires_grad)
-        for t in tensors:
-            zero = zero + t.sum()
-        return zero * 0.
 
     def loss(self,
              vis_feats: Sequence[Tensor],
@@ -312,8 +221,10 @@ class MACLHead(BaseModule):
             ``macl_pair_gap`` (mean cosine similarity of the true pairs
             minus that of mismatched pairs).
         """
-        vis = self._select(vis_feats, 'visible')
-        ir = self._select(ir_feats, 'infrared')
+        vis = select_level(vis_feats, self.feature_level, self.in_dim,
+                           'visible')
+        ir = select_level(ir_feats, self.feature_level, self.in_dim,
+                          'infrared')
         if vis.shape[0] != ir.shape[0]:
             raise ValueError(f'MACLHead got {vis.shape[0]} visible and '
                              f'{ir.shape[0]} infrared feature maps')
@@ -333,7 +244,8 @@ class MACLHead(BaseModule):
         temperature = self.temperature
         logged: Dict[str, Tensor] = {}
         if num_local < 1 or num_keys < 2:
-            loss = self._connected_zero(vis, ir, vis_emb, ir_emb)
+            loss = connected_zero(self.parameters(), vis, ir, vis_emb,
+                                  ir_emb)
             self.num_small_batches += 1
             if self.num_small_batches == 1:
                 names = []
@@ -347,23 +259,12 @@ class MACLHead(BaseModule):
                     'macl_head.gather_negatives=True under DDP.',
                     logging.WARNING)
         else:
-            labels = torch.arange(
-                num_local, device=vis_emb.device) + offset
-            logits_v2i = vis_emb @ ir_keys.t() / temperature
-            logits_i2v = ir_emb @ vis_keys.t() / temperature
-            loss = 0.5 * (F.cross_entropy(logits_v2i, labels) +
-                          F.cross_entropy(logits_i2v, labels))
-            logged['macl_infonce'] = loss.detach()
-            logged['macl_chance_ratio'] = loss.detach() / math.log(num_keys)
+            loss = symmetric_info_nce(vis_emb, ir_emb, vis_keys, ir_keys,
+                                      offset, temperature)
+            logged.update(contrastive_logs(loss, num_keys))
             loss = self.loss_weight * loss
         if num_local >= 2:
-            # Shuffled-pair control: how much more similar the true pairs
-            # are than mismatched ones (each visible image against its
-            # neighbour's infrared image); about 0 when pairing is broken.
-            with torch.no_grad():
-                true_sim = (vis_emb * ir_emb).sum(1).mean()
-                rolled = (vis_emb * ir_emb.roll(1, dims=0)).sum(1).mean()
-                logged['macl_pair_gap'] = true_sim - rolled
+            logged['macl_pair_gap'] = pair_gap(vis_emb, ir_emb)
         update_counters(
             'macl',
             calls=self.num_calls,

@@ -1,11 +1,17 @@
 """Fusion of visible and infrared feature maps of one pyramid level."""
+import copy
+import inspect
+from typing import List, Optional, Union
+
 import torch
 import torch.nn as nn
-from mmengine.model import BaseModule
+from mmengine.model import BaseModule, ModuleList
 from torch import Tensor
 
 from mmdet.registry import MODELS
-from mmdet.utils import OptMultiConfig
+from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
+
+FusionCfg = Union[ConfigType, List[ConfigType]]
 
 
 def _check_shapes(vis: Tensor, ir: Tensor, name: str) -> None:
@@ -93,3 +99,56 @@ class WeightedAddFusion(AddFusion):
 
     def __init__(self, init_cfg: OptMultiConfig = None) -> None:
         super().__init__(weighted=True, init_cfg=init_cfg)
+
+
+def _accepts(cfg: dict, arg: str) -> bool:
+    """Whether the registered class of ``cfg`` takes an ``arg`` argument."""
+    cls = cfg['type'] if inspect.isclass(cfg['type']) else MODELS.get(
+        cfg['type'])
+    if cls is None:
+        return False
+    return arg in inspect.signature(cls.__init__).parameters
+
+
+def build_fusions(fusion: FusionCfg, num_levels: Optional[int],
+                  backbone: ConfigType, neck: OptConfigType) -> ModuleList:
+    """One fusion module per feature level.
+
+    Args:
+        fusion (dict | list[dict]): One config for every level, or a list
+            of one config per level. ``in_channels`` is filled from
+            ``neck.out_channels`` when the module takes it.
+        num_levels (int, optional): Number of levels; defaults to
+            ``neck.num_outs``, or the length of ``backbone.out_indices``
+            without a neck.
+        backbone (dict): Backbone config.
+        neck (dict, optional): Neck config.
+
+    Returns:
+        ModuleList: the fusion modules, in level order.
+    """
+    if isinstance(fusion, (list, tuple)):
+        cfgs = [copy.deepcopy(dict(f)) for f in fusion]
+        if num_levels is not None and num_levels != len(cfgs):
+            raise ValueError(
+                f'num_fusion_levels={num_levels} but {len(cfgs)} fusion '
+                'configs were given')
+    else:
+        if num_levels is None:
+            if neck is not None and 'num_outs' in neck:
+                num_levels = neck['num_outs']
+            elif neck is None and 'out_indices' in backbone:
+                num_levels = len(backbone['out_indices'])
+            else:
+                raise ValueError(
+                    'DualStreamFasterRCNN cannot infer the number of '
+                    'feature levels to fuse: set num_fusion_levels or '
+                    'give a list of fusion configs.')
+        cfgs = [copy.deepcopy(dict(fusion)) for _ in range(num_levels)]
+    channels = neck.get('out_channels') if neck is not None else None
+    for cfg in cfgs:
+        if ('in_channels' not in cfg and isinstance(channels, int)
+                and _accepts(cfg, 'in_channels')):
+            cfg['in_channels'] = channels
+    # mmengine's ModuleList, so that init_weights reaches the modules.
+    return ModuleList([MODELS.build(cfg) for cfg in cfgs])

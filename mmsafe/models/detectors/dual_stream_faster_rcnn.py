@@ -1,10 +1,9 @@
 """Dual-stream (visible + infrared) Faster R-CNN with optional MACL."""
+import contextlib
 import copy
-import inspect
-from typing import Dict, List, Optional, Tuple, Union
+from typing import ContextManager, Dict, Optional, Tuple
 
 import torch
-from mmengine.model import ModuleList
 from torch import Tensor
 
 from mmdet.models.detectors import TwoStageDetector
@@ -12,16 +11,7 @@ from mmdet.registry import MODELS
 from mmdet.structures import SampleList
 from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
 
-FusionCfg = Union[ConfigType, List[ConfigType]]
-
-
-def _accepts(cfg: dict, arg: str) -> bool:
-    """Whether the registered class of ``cfg`` takes an ``arg`` argument."""
-    cls = cfg['type'] if inspect.isclass(cfg['type']) else MODELS.get(
-        cfg['type'])
-    if cls is None:
-        return False
-    return arg in inspect.signature(cls.__init__).parameters
+from ..layers.fusion import FusionCfg, build_fusions
 
 
 @MODELS.register_module()
@@ -36,6 +26,14 @@ class DualStreamFasterRCNN(TwoStageDetector):
 
     Inputs are what :class:`PairedDetDataPreprocessor` returns:
     ``dict(visible=Tensor[B, 3, H, W], infrared=Tensor[B, 3, H, W])``.
+
+    Precision under CPU autocast (``AmpNaNSkipOptimWrapper`` on CPU): the
+    streams, the fusion and the MACL head run under autocast (bfloat16 or
+    float16); the RPN and RoI heads always run in float32 with autocast
+    disabled, on the fused features cast to float32. mmcv's CPU kernels
+    (NMS, RoIAlign, RoIPool) take float32 only, and the heads around them
+    then compute in the same precision as the ops. On CUDA, and without
+    autocast, nothing is cast.
 
     Args:
         backbone (dict): Visible backbone config.
@@ -93,8 +91,8 @@ class DualStreamFasterRCNN(TwoStageDetector):
             raise ValueError('DualStreamFasterRCNN: ir_neck is set but neck '
                              'is None')
         self.ir_neck = MODELS.build(ir_neck) if ir_neck is not None else None
-        self.fusions = self._build_fusions(fusion, num_fusion_levels,
-                                           backbone, neck)
+        self.fusions = build_fusions(fusion, num_fusion_levels, backbone,
+                                     neck)
         self.macl_head = None
         if macl_head is not None:
             out_channels = neck.get('out_channels') if neck else None
@@ -106,36 +104,6 @@ class DualStreamFasterRCNN(TwoStageDetector):
                     f'neck.out_channels={out_channels}: set macl_head.in_dim='
                     f'{out_channels}.')
             self.macl_head = MODELS.build(macl_head)
-
-    @staticmethod
-    def _build_fusions(fusion: FusionCfg, num_levels: Optional[int],
-                       backbone: ConfigType,
-                       neck: OptConfigType) -> ModuleList:
-        if isinstance(fusion, (list, tuple)):
-            cfgs = [copy.deepcopy(dict(f)) for f in fusion]
-            if num_levels is not None and num_levels != len(cfgs):
-                raise ValueError(
-                    f'num_fusion_levels={num_levels} but {len(cfgs)} fusion '
-                    'configs were given')
-        else:
-            if num_levels is None:
-                if neck is not None and 'num_outs' in neck:
-                    num_levels = neck['num_outs']
-                elif neck is None and 'out_indices' in backbone:
-                    num_levels = len(backbone['out_indices'])
-                else:
-                    raise ValueError(
-                        'DualStreamFasterRCNN cannot infer the number of '
-                        'feature levels to fuse: set num_fusion_levels or '
-                        'give a list of fusion configs.')
-            cfgs = [copy.deepcopy(dict(fusion)) for _ in range(num_levels)]
-        channels = neck.get('out_channels') if neck is not None else None
-        for cfg in cfgs:
-            if ('in_channels' not in cfg and isinstance(channels, int)
-                    and _accepts(cfg, 'in_channels')):
-                cfg['in_channels'] = channels
-        # mmengine's ModuleList, so that init_weights reaches the modules.
-        return ModuleList([MODELS.build(cfg) for cfg in cfgs])
 
     @property
     def shares_backbone(self) -> bool:
@@ -195,9 +163,22 @@ class DualStreamFasterRCNN(TwoStageDetector):
             for fusion, v, r in zip(self.fusions, vis_feats, ir_feats))
 
     def extract_feat(self, batch_inputs: Dict[str, Tensor]) -> Tuple[Tensor]:
-        """Fused multi-level features of a paired batch (used by
-        ``predict`` and ``_forward``)."""
+        """Fused multi-level features of a paired batch."""
         return self.fuse(*self.extract_paired_feat(batch_inputs))
+
+    @staticmethod
+    def _head_precision(
+            x: Tuple[Tensor, ...]
+    ) -> Tuple[Tuple[Tensor, ...], ContextManager]:
+        """The features for the RPN/RoI heads and the autocast context to
+        run them in: float32 with CPU autocast disabled when CPU autocast is
+        on (see the class docstring), else ``x`` unchanged and no context.
+        """
+        if not (x and x[0].device.type == 'cpu'
+                and torch.is_autocast_enabled('cpu')):
+            return x, contextlib.nullcontext()
+        return (tuple(f.float() for f in x),
+                torch.autocast('cpu', enabled=False))
 
     def loss(self, batch_inputs: Dict[str, Tensor],
              batch_data_samples: SampleList) -> dict:
@@ -214,12 +195,42 @@ class DualStreamFasterRCNN(TwoStageDetector):
             ``macl_temperature``.
         """
         vis_feats, ir_feats = self.extract_paired_feat(batch_inputs)
-        x = self.fuse(vis_feats, ir_feats)
-        losses = self._head_losses(x, batch_data_samples)
+        x, precision = self._head_precision(self.fuse(vis_feats, ir_feats))
+        with precision:
+            losses = self._head_losses(x, batch_data_samples)
         if self.with_macl:
             losses.update(
                 self.macl_head.loss(vis_feats, ir_feats, batch_data_samples))
         return losses
+
+    def _proposals(self, x: Tuple[Tensor], batch_data_samples: SampleList
+                   ) -> list:
+        if batch_data_samples[0].get('proposals', None) is None:
+            return self.rpn_head.predict(x, batch_data_samples, rescale=False)
+        return [sample.proposals for sample in batch_data_samples]
+
+    def predict(self,
+                batch_inputs: Dict[str, Tensor],
+                batch_data_samples: SampleList,
+                rescale: bool = True) -> SampleList:
+        """Detections of :meth:`TwoStageDetector.predict` on the fused
+        features (heads in the precision of the class docstring)."""
+        assert self.with_bbox, "Bbox head must be implemented."
+        x, precision = self._head_precision(self.extract_feat(batch_inputs))
+        with precision:
+            results_list = self.roi_head.predict(
+                x, self._proposals(x, batch_data_samples),
+                batch_data_samples, rescale=rescale)
+        return self.add_pred_to_datasample(batch_data_samples, results_list)
+
+    def _forward(self, batch_inputs: Dict[str, Tensor],
+                 batch_data_samples: SampleList) -> tuple:
+        """Raw RoI head outputs (``mode='tensor'``)."""
+        x, precision = self._head_precision(self.extract_feat(batch_inputs))
+        with precision:
+            return (self.roi_head.forward(
+                x, self._proposals(x, batch_data_samples),
+                batch_data_samples), )
 
     def _head_losses(self, x: Tuple[Tensor], batch_data_samples: SampleList
                      ) -> dict:
