@@ -98,6 +98,10 @@ FOREIGN = {'runner', 'loop', 'metric', 'evaluator', 'model', 'module',
 ALLOWED = {
     # IterBasedTrainLoop and EpochBasedTrainLoop read this flag to stop.
     ('mmsafe/engine/hooks/scalar_bands_hook.py', 'loop.stop_training'),
+    # The loss-weight probe scales a loss module's numeric ``loss_weight``
+    # for one extra forward (RNG and buffers restored) and restores it in a
+    # ``finally``: the lint's measurement, not a change of the model.
+    ('mmsafe/engine/analysis/loss_weight_probe.py', 'module.loss_weight'),
 }
 
 
