@@ -1,6 +1,5 @@
 """Turn a frozen run into stack traces that say where each rank is stuck."""
-import threading
-from typing import List, Optional
+from typing import Optional
 
 from mmengine.hooks import Hook
 
@@ -10,6 +9,7 @@ from mmsafe.engine.utils import unwrap_model
 from mmsafe.engine.watchdog import (ABORT_EXIT_CODE, HangReporter, Heartbeat,
                                     WatchdogThread)
 from mmsafe.engine.watchdog import heartbeat as ph
+from mmsafe.engine.watchdog.marks import PhaseMarks
 
 
 @HOOKS.register_module()
@@ -96,84 +96,15 @@ class HangWatchdogHook(Hook):
         self._hb = Heartbeat()
         self._thread: Optional[WatchdogThread] = None
         self._reporter: Optional[HangReporter] = None
-        self._handles: List = []
-        self._ddp = False
-        self._stage = 'train'
+        self._marks = PhaseMarks(self._hb)
         self._training = False
-        # False until the first forward of the current iteration: only that
-        # one marks forward/backward (hooks may run extra forwards).
-        self._forwarded = False
 
     # ------------------------------------------------------- the marks --
     def _mark(self, phase: Optional[str] = None) -> None:
         self._hb.beat(phase)
 
-    def _in_main_thread(self) -> bool:
-        return threading.current_thread() is threading.main_thread()
-
     def _eval_phase(self, what: str) -> str:
-        return ph.eval_phase(self._stage, what)
-
-    def _preprocess_pre(self, module, args) -> None:
-        if self._in_main_thread():
-            self._mark(ph.PREPROCESS if self._stage == 'train' else
-                       self._eval_phase('data preprocessing'))
-
-    def _forward_pre(self, module, args) -> None:
-        if not self._in_main_thread():
-            return
-        if self._forwarded:
-            self._mark()
-        else:
-            self._mark(ph.FORWARD if self._stage == 'train' else
-                       self._eval_phase('forward'))
-
-    def _forward_post(self, module, args, output) -> None:
-        if not self._in_main_thread():
-            return
-        if self._forwarded:
-            self._mark()
-            return
-        self._forwarded = True
-        if self._stage != 'train':
-            self._mark(self._eval_phase('metric processing, after_'
-                                        f'{self._event_stage()}_iter hooks'))
-        else:
-            self._mark(ph.BACKWARD_DDP if self._ddp else ph.BACKWARD)
-
-    def _step_pre(self, optimizer, args, kwargs) -> None:
-        if self._in_main_thread():
-            self._mark(ph.STEP)
-
-    def _step_post(self, optimizer, args, kwargs) -> None:
-        if self._in_main_thread():
-            self._mark(ph.AFTER_STEP)
-
-    def _event_stage(self) -> str:
-        return 'val' if self._stage == 'validation' else self._stage
-
-    def _register(self, runner) -> None:
-        """Forward hooks on the model, step hooks on the optimizers."""
-        from mmengine.optim import OptimWrapper, OptimWrapperDict
-        model = unwrap_model(runner.model)
-        preprocessor = getattr(model, 'data_preprocessor', None)
-        if preprocessor is not None and hasattr(preprocessor,
-                                                'register_forward_pre_hook'):
-            self._handles.append(
-                preprocessor.register_forward_pre_hook(self._preprocess_pre))
-        self._handles.append(model.register_forward_pre_hook(
-            self._forward_pre))
-        self._handles.append(model.register_forward_hook(self._forward_post))
-        wrapper = runner.optim_wrapper  # built before before_run by train()
-        wrappers = list(wrapper.optim_wrappers.values()) if isinstance(
-            wrapper, OptimWrapperDict) else [wrapper]
-        for item in wrappers:
-            if isinstance(item, OptimWrapper):
-                optimizer = item.optimizer
-                self._handles.append(
-                    optimizer.register_step_pre_hook(self._step_pre))
-                self._handles.append(
-                    optimizer.register_step_post_hook(self._step_post))
+        return self._marks.phase(what)
 
     def _allowance(self, phase: str, first: bool) -> float:
         if phase.startswith(ph.EVAL_STAGES):
@@ -183,9 +114,10 @@ class HangWatchdogHook(Hook):
     # ------------------------------------------------------ run events --
     def before_run(self, runner) -> None:
         world_size = get_world_size()
-        self._ddp = world_size > 1 and unwrap_model(
-            runner.model) is not runner.model
-        self._register(runner)
+        model = unwrap_model(runner.model)
+        # runner.optim_wrapper is built before before_run by Runner.train.
+        self._marks.attach(model, runner.optim_wrapper,
+                           ddp=world_size > 1 and model is not runner.model)
         reporter = HangReporter(runner, get_rank(), world_size)
         self._reporter = reporter
         self._mark(ph.SETUP)
@@ -205,9 +137,7 @@ class HangWatchdogHook(Hook):
         if self._thread is not None:
             self._thread.stop()
             self._thread = None
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        self._marks.detach()
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._mark(ph.CHECKPOINT)
@@ -215,7 +145,7 @@ class HangWatchdogHook(Hook):
     # ------------------------------------------------------- training --
     def before_train(self, runner) -> None:
         self._training = True
-        self._stage = 'train'
+        self._marks.stage = 'train'
         self._hb.first = True
         self._mark(ph.DATA)
 
@@ -233,7 +163,7 @@ class HangWatchdogHook(Hook):
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
         self._hb.batch_idx = batch_idx
-        self._forwarded = False
+        self._marks.new_iteration()
         self._mark(ph.PREPROCESS)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
@@ -243,17 +173,17 @@ class HangWatchdogHook(Hook):
 
     # -------------------------------------------------- evaluation --
     def _begin_eval(self, stage: str) -> None:
-        self._stage = stage
+        self._marks.stage = stage
         self._mark(self._eval_phase('data'))
 
     def _eval_iter(self, batch_idx: int) -> None:
         self._hb.batch_idx = batch_idx
-        self._forwarded = False
+        self._marks.new_iteration()
         self._mark(self._eval_phase('data preprocessing'))
 
     def _end_eval(self) -> None:
         if self._training:
-            self._stage = 'train'
+            self._marks.stage = 'train'
             self._mark(ph.DATA)
         else:
             self._mark(self._eval_phase('end'))
