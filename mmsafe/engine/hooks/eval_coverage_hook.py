@@ -48,8 +48,8 @@ class EvalCoverageHook(Hook):
 
     The fault it catches: a metric (or evaluator) whose ``compute_metrics``
     runs on one rank's shard instead of the results gathered from all
-    ranks, so the reported number describes a fraction of the data (in one
-    real run, 2083 of 8332 samples, and the metric never moved).
+    ranks, so the reported number describes a fraction of the data while
+    the log looks like a full evaluation.
 
     How it counts, from its hook methods: ``after_val_iter`` and
     ``after_test_iter`` count the samples each rank evaluated (its
