@@ -33,12 +33,12 @@ def gathers_results(metric) -> bool:
 def scored_count(metric, held: List[int], dataset_size: int) -> int:
     """How many results ``compute_metrics`` receives on rank 0, from what
     every rank's metric holds before ``evaluate``: MMEngine's
-    ``collect_results`` interleaves the ranks' lists (as many rounds as the
-    shortest list) and drops the sampler's padding (``[:size]``); a metric
-    that does not gather scores rank 0's own list."""
+    ``collect_results`` joins the ranks' lists and drops the sampler's
+    padding (``[:size]``); a metric that does not gather scores rank 0's
+    own list."""
     if not gathers_results(metric):
         return held[0]
-    return min(len(held) * min(held), dataset_size)
+    return min(sum(held), dataset_size)
 
 
 @HOOKS.register_module()
