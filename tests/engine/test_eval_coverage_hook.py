@@ -47,3 +47,26 @@ def test_identical_metrics_warn():
     identical = events(f'{tmp}/frozen', 'eval_identical')
     assert len(identical) == 1, identical
     assert "metrics equal the previous validation's" in result.output
+
+
+def test_scored_count_follows_what_evaluate_hands_compute_metrics():
+    """MMEngine's evaluate (or an override calling super()) scores every
+    rank's results, cut to the dataset size; an evaluate
+    that does not gather scores rank 0's own."""
+    from mmsafe.engine.hooks.eval_coverage_hook import (gathers_results,
+                                                        scored_count)
+    from tests.engine.check_toys import ShardOnlyAccuracy, ToyAccuracy
+
+    class LoggedAccuracy(ToyAccuracy):
+
+        def evaluate(self, size):
+            return super().evaluate(size)
+
+    assert gathers_results(ToyAccuracy())
+    assert gathers_results(LoggedAccuracy())
+    assert not gathers_results(ShardOnlyAccuracy())
+    assert scored_count(ToyAccuracy(), [6, 6], 11) == 11
+    assert scored_count(ToyAccuracy(), [5, 5], 11) == 10
+    assert scored_count(ToyAccuracy(), [12], 11) == 11
+    assert scored_count(ToyAccuracy(), [4], 11) == 4
+    assert scored_count(ShardOnlyAccuracy(), [6, 6], 11) == 6

@@ -30,13 +30,15 @@ default_hooks = dict(
     checkpoint=dict(type='CheckpointHook', interval=1000, save_last=False))
 custom_hooks = [dict(type='HangWatchdogHook', {watchdog})]
 work_dir = '{work_dir}'
+{extra}
 """
 
 
-def _run(tmp_path, model, watchdog, iters=5, nproc=1):
+def _run(tmp_path, model, watchdog, iters=5, nproc=1, extra=''):
     work_dir = str(tmp_path / 'work')
     cfg = write_config(str(tmp_path / 'cfg.py'), CONFIG.format(
-        model=model, watchdog=watchdog, iters=iters, work_dir=work_dir))
+        model=model, watchdog=watchdog, iters=iters, work_dir=work_dir,
+        extra=extra))
     mark = uuid.uuid4().hex
     result = run_train(cfg, nproc=nproc, timeout=HARD_TIMEOUT,
                        env=dict(MMSAFE_TEST_MARK=mark))
@@ -93,7 +95,7 @@ def test_ddp_stalled_rank_shows_peer_waiting_in_collective(tmp_path):
         tmp_path, nproc=2,
         model='stall_iter=3, stall_seconds=3600, stall_rank=1',
         watchdog='timeout=6, first_iter_timeout=120, poll_interval=0.5, '
-        'abort_timeout=12')
+        'abort_timeout=12', extra="runner_type = 'SafeRunner'")
     assert not result.timed_out, result
     assert result.returncode != 0, result
     # The default finite distributed timeout was applied.
@@ -114,3 +116,56 @@ def test_ddp_stalled_rank_shows_peer_waiting_in_collective(tmp_path):
     assert aborts and all(a['exit_code'] == 75 and a['iter'] == 3
                           for a in aborts)
     assert re.search(r'exitcode\s*:\s*75', result.output), result
+
+
+def test_phases_come_from_hook_methods_and_pytorch_hooks(tmp_path):
+    """The marks of one training iteration, and no handle left after the
+    run (in process: a model and an optimizer, no loop)."""
+    from types import SimpleNamespace
+
+    import torch
+    from mmengine.optim import OptimWrapper
+
+    from mmsafe.engine.hooks import HangWatchdogHook
+    model = torch.nn.Linear(4, 1)
+    wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    runner = SimpleNamespace(model=model, optim_wrapper=wrapper, iter=0,
+                             epoch=0, work_dir=str(tmp_path))
+    hook = HangWatchdogHook(timeout=600, first_iter_timeout=600)
+    hook.before_run(runner)
+    hook.before_train(runner)
+    phases = [hook._hb.phase]
+    hook.before_train_iter(runner, 0)
+    phases.append(hook._hb.phase)
+    loss = model(torch.ones(2, 4)).sum()
+    phases.append(hook._hb.phase)
+    model(torch.ones(2, 4))  # a second forward (another hook's) marks only
+    phases.append(hook._hb.phase)
+    wrapper.update_params(loss)
+    phases.append(hook._hb.phase)
+    hook.after_train_iter(runner, 0)
+    phases.append(hook._hb.phase)
+    assert phases == ['data', 'data preprocessing', 'backward', 'backward',
+                      'hooks (after_train_iter)', 'data']
+    hook.after_train(runner)
+    hook.after_run(runner)
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert not wrapper.optimizer._optimizer_step_pre_hooks
+    assert not wrapper.optimizer._optimizer_step_post_hooks
+    assert hook._thread is None
+
+
+def test_collective_is_named_from_the_stack():
+    """The outermost torch.distributed.distributed_c10d frame names the
+    collective; a stack without one names none."""
+    import sys
+
+    from mmsafe.engine.watchdog.stacks import collective_of
+    c10d = 'site-packages/torch/distributed/distributed_c10d.py'
+    namespace = dict(sys=sys)
+    exec(compile('def all_gather(cb):\n    return cb()\n'
+                 'def all_gather_object(cb):\n    return all_gather(cb)\n',
+                 c10d, 'exec'), namespace)
+    frame = namespace['all_gather_object'](lambda: sys._getframe())
+    assert collective_of(frame) == 'all_gather_object'
+    assert collective_of(sys._getframe()) is None

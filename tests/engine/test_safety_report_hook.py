@@ -1,18 +1,27 @@
-"""SafetyReportHook on real runs through tools/train.py: a finished run, a
-resumed one, a 2-rank gloo run and crashing runs."""
+"""SafetyReportHook on real runs through tools/train.py with the safety
+fragment (SafeRunner): a finished run, a resumed one, a 2-rank gloo run and
+crashing runs; under the stock Runner a crash writes no report."""
 import json
 import os.path as osp
 
 from tests.engine.ckpt_toys_cfg import TOY_CONFIG, latest_log
-from tests.utils import run_train, write_config
+from tests.utils import REPO_ROOT, run_train, write_config
 
 HOOKS = ("[dict(type='FakeGuardHook', skip_iters=(1, 3), "
          "empty_iters_rank1=(2, )), dict(type='SafetyReportHook')]")
 
 
-def _config(tmp_path, crash_at_iter=None, max_epochs=2, crash_rank=None):
+# runner_type = 'SafeRunner' (the fragment's custom_hooks are replaced).
+SAFETY = '_base_ = [{!r}]\n'.format(
+    osp.join(REPO_ROOT, 'configs', '_base_', 'safety_runtime.py'))
+
+
+def _config(tmp_path, crash_at_iter=None, max_epochs=2, crash_rank=None,
+            safety=True):
     text = TOY_CONFIG.format(max_epochs=max_epochs, max_keep=-1,
                              custom_hooks=HOOKS)
+    if safety:
+        text += SAFETY
     if crash_at_iter is not None:
         text = text.replace(
             "model = dict(type='CkptToyRegressor')",
@@ -126,3 +135,15 @@ def test_report_when_resume_fails(tmp_path):
     assert report['status'] == 'crashed'
     assert report['exception']['type'] == 'FileNotFoundError'
     assert missing in report['exception']['message']
+
+
+def test_no_crash_report_under_stock_runner(tmp_path):
+    """Without runner_type no hook sees the exception: no report, the
+    crash itself is unchanged."""
+    config = _config(tmp_path, crash_at_iter=5, safety=False)
+    work_dir = str(tmp_path / 'work')
+    result = run_train(config, timeout=300, args=['--work-dir', work_dir])
+    assert result.returncode != 0, result
+    assert 'ValueError: toy crash at iteration 5' in result.output
+    assert not osp.exists(osp.join(work_dir, 'safety_report.json'))
+    assert 'Safety report' not in result.output

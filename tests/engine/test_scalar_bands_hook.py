@@ -1,18 +1,40 @@
-"""ScalarBandsHook: a band stop ends a 2-process run cleanly and on the
-same iteration on every rank (checkpoint saved, reason logged, loop ended
-mid-epoch); warn bands respect patience; healthy bands stay silent."""
+"""ScalarBandsHook: a band stop ends a 2-process run on the same iteration
+on every rank (checkpoint saved, reason logged, loop ended mid-epoch):
+cleanly under SafeRunner, with StopTraining's message and a non-zero exit
+under MMEngine's stock Runner; warn bands respect patience; healthy bands
+stay silent."""
+import json
 import os.path as osp
+import re
 import tempfile
 
 import torch
 
 from tests.engine.check_toys_cfg import toy_config
 from tests.engine.check_toys_run import events, healthy_run, why
-from tests.utils import run_train
+from tests.utils import REPO_ROOT, run_train
 
 BANDS = """[dict(type='ScalarBandsHook', bands=[
     dict(key='loss*', finite=True, action='stop'),
-    dict(key='grad_norm', max=1e-9, action='warn', patience=3)])]"""
+    dict(key='grad_norm', max=1e-9, action='warn', patience=3)]),
+    dict(type='SafetyReportHook')]"""
+
+# The safety fragment: runner_type = 'SafeRunner' (its custom_hooks are
+# replaced by the test's own).
+SAFETY = '_base_ = [{!r}]'.format(
+    osp.join(REPO_ROOT, 'configs', '_base_', 'safety_runtime.py'))
+
+
+def _nan_on_rank1_config(tmp, name, extra):
+    # 64 samples, batch 8, 2 ranks: 4 iterations per epoch. Rank 1's
+    # loss_cls is NaN from its 4th forward (iteration 4, epoch 1); the
+    # optim wrapper skips those steps, so rank 0's losses stay finite. The
+    # stop request travels at the next sync (log interval 5): every rank
+    # stops at iteration 5, inside epoch 2.
+    return toy_config(
+        tmp, name, BANDS, model='nan_at_iter=3, nan_rank=1',
+        max_epochs=3, optim_extra=", type='NaNSkipOptimWrapper', "
+        'clip_grad=dict(max_norm=1e6)', extra=extra)
 
 
 def test_healthy_bands_silent():
@@ -24,15 +46,7 @@ def test_healthy_bands_silent():
 
 def test_nan_on_one_rank_stops_every_rank_cleanly():
     tmp = tempfile.mkdtemp()
-    # 64 samples, batch 8, 2 ranks: 4 iterations per epoch. Rank 1's
-    # loss_cls is NaN from its 4th forward (iteration 4, epoch 1); the
-    # optim wrapper skips those steps, so rank 0's losses stay finite. The
-    # stop request travels at the next sync (log interval 5): every rank
-    # stops at iteration 5, inside epoch 2.
-    cfg = toy_config(
-        tmp, 'stop', BANDS, model='nan_at_iter=3, nan_rank=1',
-        max_epochs=3, optim_extra=", type='NaNSkipOptimWrapper', "
-        'clip_grad=dict(max_norm=1e6)')
+    cfg = _nan_on_rank1_config(tmp, 'stop', SAFETY)
     result = run_train(cfg, nproc=2, timeout=400)
     assert result.returncode == 0 and not result.timed_out, why(result)
     work_dir = osp.join(tmp, 'stop')
@@ -44,8 +58,17 @@ def test_nan_on_one_rank_stops_every_rank_cleanly():
         assert 'iteration 4' in stop['reason'], stop
         assert 'rank 1' in stop['reason'] and 'rank 0' not in stop['reason']
     assert 'stopping the run at iteration 5' in result.output
-    assert 'drained 3 remaining batches' in result.output
+    # SafeRunner ended the run after the StopTraining of both ranks: their
+    # after_run hooks ran (the safety report of a finished run, from both).
+    checkpoint = osp.join(work_dir, 'band_stop_iter_5.pth')
+    assert re.search(r'training stopped: .*train/loss_cls=nan .*'
+                     + re.escape(f'(saved {checkpoint})'), result.output), \
+        why(result)
     assert 'Epoch(train) [3]' not in result.output
+    with open(osp.join(work_dir, 'safety_report.json')) as f:
+        report = json.load(f)
+    assert report['status'] == 'finished', report
+    assert report['ranks_reported'] == [0, 1], report
     ckpt = torch.load(osp.join(work_dir, 'band_stop_iter_5.pth'),
                       map_location='cpu', weights_only=False)
     assert ckpt['meta']['iter'] == 5 and ckpt['meta']['epoch'] == 1
@@ -77,7 +100,8 @@ def test_validation_band_stops_iteration_loop():
     tmp = tempfile.mkdtemp()
     hooks = """[dict(type='ScalarBandsHook', bands=[
         dict(key='toy/acc', min=1.01, after_iter=2, action='stop')])]"""
-    cfg = toy_config(tmp, 'valstop', hooks, max_iters=20, val_interval=4)
+    cfg = toy_config(tmp, 'valstop', hooks, max_iters=20, val_interval=4,
+                     extra=SAFETY)
     result = run_train(cfg, timeout=400)
     assert result.returncode == 0 and not result.timed_out, why(result)
     work_dir = osp.join(tmp, 'valstop')
@@ -86,3 +110,20 @@ def test_validation_band_stops_iteration_loop():
     assert osp.exists(osp.join(work_dir, 'band_stop_iter_4.pth'))
     assert 'stopping the run at iteration 4' in result.output
     assert 'Iter(train) [ 5/20]' not in result.output
+
+
+def test_stop_under_stock_runner_ends_with_its_message():
+    """Without runner_type, StopTraining is raised on every rank at the
+    same iteration: both ranks end with its message, nothing hangs."""
+    tmp = tempfile.mkdtemp()
+    cfg = _nan_on_rank1_config(tmp, 'stock', '')
+    result = run_train(cfg, nproc=2, timeout=400)
+    assert not result.timed_out, why(result)
+    assert result.returncode != 0, why(result)
+    work_dir = osp.join(tmp, 'stock')
+    assert {e['rank'] for e in events(work_dir, 'band_stop')} == {0, 1}
+    assert osp.exists(osp.join(work_dir, 'band_stop_iter_5.pth'))
+    # The first rank to raise ends the job (the launcher stops the other).
+    assert re.search(r'StopTraining: \[mmsafe\] training stopped: .*'
+                     r'train/loss_cls=nan', result.output), why(result)
+    assert 'Epoch(train) [3]' not in result.output

@@ -5,12 +5,12 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import torch.nn as nn
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 
 from mmdet.registry import HOOKS
 from mmsafe.dist import (all_reduce_sum, get_rank,
                          get_world_size, is_distributed)
 from mmsafe.engine.monitor_sync import monitor_sync_of
+from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
 EMPTY_BATCH = 'empty_batch'
@@ -51,9 +51,10 @@ class EmptyBatchSyncHook(Hook):
     """Make a batch without valid ground truth harmless under DDP, and
     report it.
 
-    Incident: one rank's batch had no valid instances, its model returned a
-    dummy loss early, some parameters got no gradient on that rank, and
-    DDP's gradient all-reduce waited forever. With this hook:
+    Without it, a model that returns early on a batch without valid
+    instances leaves some parameters without a gradient on that rank, and
+    DDP's gradient all-reduce waits for them forever (or fails with
+    ``find_unused_parameters=False``). With this hook:
 
     * ``before_train_iter`` checks, on every rank, whether the batch has any
       valid GT instance after the pipeline; an empty one is logged with
@@ -121,8 +122,7 @@ class EmptyBatchSyncHook(Hook):
                 "'AmpNaNSkipOptimWrapper'), which can skip a step; got "
                 f'{type(runner.optim_wrapper).__name__}. Switch the optim '
                 'wrapper or drop skip_all_empty.')
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
+        model = unwrap_model(runner.model)
         if self._handle is None:
             self._handle = model.register_forward_hook(
                 self._connect_losses, with_kwargs=True)

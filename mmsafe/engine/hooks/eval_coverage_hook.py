@@ -8,54 +8,37 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
-from mmsafe.events import log, update_counters, write_event
+from mmsafe.events import log, log_once, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
+_GATHER_NAMES = {'super', 'collect_results', 'collect_results_cpu',
+                 'collect_results_gpu', 'all_gather', 'all_gather_object',
+                 'gather', 'gather_object'}
 
 
-class _MetricCounter:
-    """Counts what one metric saw on this rank during one evaluation.
+def gathers_results(metric) -> bool:
+    """Whether ``metric.evaluate`` scores the results of every rank: it is
+    MMEngine's ``BaseMetric.evaluate`` (``collect_results`` then
+    ``compute_metrics`` on rank 0), or an override whose code calls
+    ``super()`` or a gather function. Any other ``evaluate`` scores the
+    results of the rank it runs on."""
+    from mmengine.evaluator import BaseMetric
+    evaluate = getattr(type(metric), 'evaluate', None)
+    if evaluate is BaseMetric.evaluate:
+        return True
+    code = getattr(evaluate, '__code__', None)
+    return code is not None and bool(set(code.co_names) & _GATHER_NAMES)
 
-    ``processed`` counts the samples passed to ``process`` (padding of the
-    distributed sampler included); ``computed`` is the number of results
-    the metric's ``compute_metrics`` received on this rank (None when it
-    did not run here: with MMEngine's ``BaseMetric`` it only runs on rank 0,
-    after ``collect_results`` gathered every rank's results).
-    """
 
-    def __init__(self, metric) -> None:
-        self.metric = metric
-        self.name = type(metric).__name__
-        self.processed = 0
-        self.computed: Optional[int] = None
-        self.can_compute = hasattr(metric, 'compute_metrics')
-        process = metric.process
-        # Instance attributes shadow the class methods that ``Evaluator``
-        # and ``BaseMetric.evaluate`` call, so nothing else changes.
-        metric.process = self._wrap_process(process)
-        if self.can_compute:
-            metric.compute_metrics = self._wrap_compute(
-                metric.compute_metrics)
-
-    def _wrap_process(self, process):
-
-        def counted_process(data_batch, data_samples):
-            self.processed += len(data_samples)
-            return process(data_batch, data_samples)
-
-        return counted_process
-
-    def _wrap_compute(self, compute):
-
-        def counted_compute(results):
-            self.computed = (self.computed or 0) + len(results)
-            return compute(results)
-
-        return counted_compute
-
-    def reset(self) -> None:
-        self.processed = 0
-        self.computed = None
+def scored_count(metric, held: List[int], dataset_size: int) -> int:
+    """How many results ``compute_metrics`` receives on rank 0, from what
+    every rank's metric holds before ``evaluate``: MMEngine's
+    ``collect_results`` joins the ranks' lists and drops the sampler's
+    padding (``[:size]``); a metric that does not gather scores rank 0's
+    own list."""
+    if not gathers_results(metric):
+        return held[0]
+    return min(sum(held), dataset_size)
 
 
 @HOOKS.register_module()
@@ -65,21 +48,27 @@ class EvalCoverageHook(Hook):
 
     The fault it catches: a metric (or evaluator) whose ``compute_metrics``
     runs on one rank's shard instead of the results gathered from all
-    ranks, so the reported number describes a fraction of the data (in one
-    real run, 2083 of 8332 samples, and the metric never moved).
+    ranks, so the reported number describes a fraction of the data while
+    the log looks like a full evaluation.
 
-    How it counts: each metric of the loop's evaluator gets its ``process``
-    and ``compute_metrics`` wrapped (instance attributes; the classes are not
-    touched). ``compute_metrics`` sees the list of results it scores, one
-    per sample for MMEngine/MMDetection metrics; the count of rank 0 (whose
-    numbers are the ones reported and broadcast) must equal
+    How it counts, from its hook methods: ``after_val_iter`` and
+    ``after_test_iter`` count the samples each rank evaluated (its
+    ``outputs``, padding of the distributed sampler included) and read how
+    many results each metric holds (``metric.results``, the list that
+    MMEngine's ``BaseMetric.process`` fills). ``compute_metrics`` on rank 0
+    scores what ``evaluate`` hands it: with ``BaseMetric.evaluate`` (or an
+    override that calls ``super()`` or a gather function) the results of
+    all ranks, interleaved and cut to the dataset size; with any other
+    ``evaluate``, rank 0's own results (see :func:`scored_count`). That
+    count (the one behind the reported, broadcast numbers) must equal
     ``len(dataset)``. Counts from every rank are gathered in one collective
     after each evaluation, on every rank, so every rank raises together.
 
-    Not detected: a metric that overrides ``evaluate`` and never calls
-    ``compute_metrics`` (logged once, only the processed counts are shown),
-    and a metric that stores several results per sample (its count differs
-    from the dataset size; set ``policy='warn'`` for it).
+    Not detected: a metric without a ``results`` list (logged once, only
+    the processed counts are shown), an overriding ``evaluate`` that
+    gathers through a helper of another name (counted as not gathering;
+    set ``policy='warn'`` for it), and a metric that stores several results
+    per sample (its count differs from the dataset size; ``policy='warn'``).
 
     It also warns when every metric of a validation equals the previous
     validation's (a frozen model, a fixed subset, or a cached result).
@@ -104,31 +93,45 @@ class EvalCoverageHook(Hook):
         self.policy = policy
         self.check_test = check_test
         self.warn_identical = warn_identical
-        self._counters: Dict[int, List[_MetricCounter]] = {}
         self._previous: Optional[Dict[str, float]] = None
+        # Per evaluation, on this rank: samples evaluated, and results held
+        # by each metric of the loop's evaluator after the latest iteration.
+        self._processed = 0
+        self._held: List[int] = []
         self.num_evaluations = 0
         self.num_errors = 0
         self.num_identical = 0
-        self._warned_uncountable = set()
 
     # ------------------------------------------------------------------ #
-    def _arm(self, loop) -> None:
-        evaluator = getattr(loop, 'evaluator', None)
-        metrics = getattr(evaluator, 'metrics', None)
-        if metrics is None:
-            return
-        key = id(evaluator)
-        if key not in self._counters:
-            self._counters[key] = [_MetricCounter(m) for m in metrics]
-        for counter in self._counters[key]:
-            counter.reset()
+    @staticmethod
+    def _metrics(loop) -> Optional[list]:
+        return getattr(getattr(loop, 'evaluator', None), 'metrics', None)
+
+    def _start(self, loop) -> None:
+        self._processed = 0
+        self._held = [0] * len(self._metrics(loop) or [])
+
+    def _count(self, loop, outputs) -> None:
+        self._processed += len(outputs or [])
+        for i, metric in enumerate(self._metrics(loop) or []):
+            results = getattr(metric, 'results', None)
+            self._held[i] = len(results) if isinstance(results, list) \
+                else -1
 
     def before_val_epoch(self, runner) -> None:
-        self._arm(runner.val_loop)
+        self._start(runner.val_loop)
 
     def before_test_epoch(self, runner) -> None:
+        self._start(runner.test_loop)
+
+    def after_val_iter(self, runner, batch_idx: int, data_batch=None,
+                       outputs=None) -> None:
+        self._count(runner.val_loop, outputs)
+
+    def after_test_iter(self, runner, batch_idx: int, data_batch=None,
+                        outputs=None) -> None:
         if self.check_test:
-            self._arm(runner.test_loop)
+            self._count(runner.test_loop, outputs)
 
     def after_val_epoch(self, runner,
                         metrics: Optional[Dict[str, float]] = None) -> None:
@@ -143,44 +146,44 @@ class EvalCoverageHook(Hook):
 
     # ------------------------------------------------------------------ #
     def _check(self, runner, loop, stage: str) -> None:
-        counters = self._counters.get(id(getattr(loop, 'evaluator', None)))
-        if not counters:
+        metrics = self._metrics(loop)
+        if not metrics:
             return
         dataset_size = len(loop.dataloader.dataset)
         world_size = get_world_size()
-        local = [(c.processed, c.computed) for c in counters]
         # One collective per evaluation, on every rank (no early return
         # above depends on rank-local state).
-        gathered = all_gather_object(local)
+        gathered = all_gather_object((self._processed, list(self._held)))
+        processed = [g[0] for g in gathered]
+        ranks_with_data = sum(1 for p in processed if p > 0)
         self.num_evaluations += 1
         problems = []
-        for i, counter in enumerate(counters):
-            processed = [g[i][0] for g in gathered]
-            computed = [g[i][1] for g in gathered]
-            ranks_with_data = sum(1 for p in processed if p > 0)
-            scored = computed[0]
-            if scored is None:
-                if counter.name not in self._warned_uncountable:
-                    self._warned_uncountable.add(counter.name)
-                    log(f'EvalCoverageHook: {counter.name} did not call '
-                        'compute_metrics on rank 0, so the number of samples '
-                        f'it scored is unknown (processed per rank: '
-                        f'{processed}). Only metrics that score through '
-                        'compute_metrics are checked.', logging.WARNING)
+        for i, metric in enumerate(metrics):
+            name = type(metric).__name__
+            held = [g[1][i] for g in gathered]
+            if min(held) < 0:
+                log_once(
+                    f'eval_coverage/{name}',
+                    f'EvalCoverageHook: {name} keeps no results list (not an '
+                    'MMEngine BaseMetric), so the number of samples it '
+                    f'scored is unknown (processed per rank: {processed}). '
+                    'Only metrics that collect results in metric.results '
+                    'are checked.', logging.WARNING)
                 continue
-            log(f'{stage}: {counter.name} evaluated {scored} samples on '
+            scored = scored_count(metric, held, dataset_size)
+            log(f'{stage}: {name} evaluated {scored} samples on '
                 f'{ranks_with_data} ranks (dataset: {dataset_size} samples, '
                 f'world size {world_size}, processed per rank: {processed})')
             write_event(runner.work_dir, 'eval_coverage', stage=stage,
-                        metric=counter.name, scored=scored,
+                        metric=name, scored=scored,
                         dataset_size=dataset_size, processed=processed,
-                        computed=computed, iter=runner.iter)
+                        held=held, iter=runner.iter)
             if scored != dataset_size:
                 problems.append(
-                    f'{counter.name} scored {scored} samples but the {stage} '
+                    f'{name} scored {scored} samples but the {stage} '
                     f'dataset has {dataset_size} (processed per rank: '
-                    f'{processed}; compute_metrics results per rank: '
-                    f'{computed}). The metric was computed on '
+                    f'{processed}; results held per rank: {held}). The '
+                    'metric was computed on '
                     + ('one rank\'s shard: gather the results of all ranks '
                        'before computing (inherit mmengine BaseMetric and '
                        'keep its evaluate(), which calls collect_results)'

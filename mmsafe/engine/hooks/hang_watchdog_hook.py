@@ -1,167 +1,47 @@
-"""Turn a frozen run into stack traces that say where each rank is stuck.
+"""Turn a frozen run into stack traces that say where each rank is stuck."""
+from typing import Optional
 
-A run that froze at batch 50 under DDP printed nothing: one rank had
-stopped, the others waited for it in a gradient all-reduce, and the only
-way to find out was to attach a debugger to every process. With this hook
-every rank keeps a heartbeat with its current phase; a watchdog thread that
-sees no progress for too long writes the stacks of all threads to
-``{work_dir}/hang_rank{R}.txt`` and to the log, and can abort the process so
-that a scheduler restarts the job.
-
-Importing this module also gives distributed runs a finite timeout by
-default (see :func:`install_default_dist_timeout`).
-"""
-import faulthandler
-import functools
-import logging
-import os
-import os.path as osp
-import socket
-import sys
-import threading
-import time
-import traceback
-from typing import Any, Dict, Optional
-
-import torch
 from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
-from mmsafe.events import log, update_counters, write_event
-
-#: Default ``env_cfg.dist_cfg.timeout`` in seconds, applied when a config
-#: launches distributed training without one.
-DEFAULT_DIST_TIMEOUT = 1800
-
-#: Exit code of an aborted rank (EX_TEMPFAIL: "try again later").
-ABORT_EXIT_CODE = 75
-
-# Phase that starts when a runner hook event has finished.
-_PHASE_AFTER = {
-    'before_run': 'setup (loading checkpoints, building the loop)',
-    'before_train': 'data',
-    'before_train_epoch': 'data',
-    'before_train_iter': 'forward',
-    'after_train_iter': 'data',
-    'after_train_epoch': 'epoch end (validation or next epoch)',
-    'before_val': 'validation (data)',
-    'before_val_epoch': 'validation (data)',
-    'before_val_iter': 'validation (forward)',
-    'after_val_iter': 'validation (data / evaluation)',
-    'after_val_epoch': 'validation (end)',
-    'after_val': 'data',
-    'before_test': 'test (data)',
-    'before_test_epoch': 'test (data)',
-    'before_test_iter': 'test (forward)',
-    'after_test_iter': 'test (data / evaluation)',
-    'before_save_checkpoint': 'saving a checkpoint',
-}
-
-_COLLECTIVES = (
-    'all_reduce', 'all_gather', 'all_gather_object', 'all_gather_into_tensor',
-    'broadcast', 'broadcast_object_list', 'reduce', 'reduce_scatter',
-    'reduce_scatter_tensor', 'gather', 'gather_object', 'scatter',
-    'scatter_object_list', 'all_to_all', 'all_to_all_single', 'barrier',
-    'monitored_barrier')
-
-# The watchdog of this process (one runner trains at a time).
-_ACTIVE: Optional['HangWatchdogHook'] = None
-
-
-def install_default_dist_timeout(seconds: float = DEFAULT_DIST_TIMEOUT
-                                 ) -> None:
-    """Give distributed runs a finite collective timeout by default.
-
-    MMEngine passes ``env_cfg.dist_cfg`` to ``init_dist`` before any hook
-    exists, so a hook cannot set the timeout itself. This wraps
-    ``Runner.setup_env`` to add ``timeout=seconds`` when a distributed
-    config sets none. A config's own value always wins::
-
-        env_cfg = dict(dist_cfg=dict(backend='nccl', timeout=1800))
-
-    With it a rank that waits for a dead or stalled peer fails with a
-    timeout error (and the launcher stops the job) instead of waiting
-    forever; keep it longer than the watchdog's deadlines so that the stack
-    report comes first.
-    """
-    from mmengine.runner import Runner
-    if getattr(Runner.setup_env, '_mmsafe_dist_timeout', False):
-        return
-    original = Runner.setup_env
-
-    @functools.wraps(original)
-    def setup_env(self, env_cfg: Dict) -> None:
-        dist_cfg = dict(env_cfg.get('dist_cfg', None) or {})
-        if self.distributed and dist_cfg.get('timeout') is None:
-            import torch.distributed as dist
-            if not (dist.is_available() and dist.is_initialized()):
-                dist_cfg['timeout'] = seconds
-                env_cfg = type(env_cfg)(env_cfg)
-                env_cfg['dist_cfg'] = dist_cfg
-                log(f'distributed timeout: {seconds:g} s (mmsafe default; '
-                    'set env_cfg.dist_cfg.timeout to change it).')
-        return original(self, env_cfg)
-
-    setup_env._mmsafe_dist_timeout = True
-    Runner.setup_env = setup_env
-
-
-class _Heartbeat:
-    """What the main thread did last; plain attributes, written by the
-    main thread only, so the watchdog reads them without a lock."""
-
-    def __init__(self):
-        self.seq = 0
-        self.time = time.monotonic()
-        self.phase = 'setup'
-        self.first = True
-        self.batch_idx: Optional[int] = None
-
-
-def _collective_wrapper(fn, name: str):
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        wd = _ACTIVE
-        if wd is None or threading.current_thread() is not \
-                threading.main_thread():
-            return fn(*args, **kwargs)
-        previous = wd.beat(f'collective ({name})')
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            wd.beat(previous)
-
-    wrapper._mmsafe_original = fn
-    return wrapper
-
-
-def _install_collective_markers() -> None:
-    """Mark ``torch.distributed`` collectives as a phase; the wrappers
-    pass straight through when no watchdog is active."""
-    import torch.distributed as dist
-    for name in _COLLECTIVES:
-        fn = getattr(dist, name, None)
-        if fn is None or hasattr(fn, '_mmsafe_original'):
-            continue
-        setattr(dist, name, _collective_wrapper(fn, name))
+from mmsafe.dist import get_rank, get_world_size
+from mmsafe.engine.utils import unwrap_model
+from mmsafe.engine.watchdog import (ABORT_EXIT_CODE, HangReporter, Heartbeat,
+                                    WatchdogThread)
+from mmsafe.engine.watchdog import heartbeat as ph
+from mmsafe.engine.watchdog.marks import PhaseMarks
 
 
 @HOOKS.register_module()
 class HangWatchdogHook(Hook):
     """Write the stacks of a rank that stops making progress.
 
-    Every rank keeps a heartbeat with its phase: ``data`` (between
-    iterations: loading the next batch), ``forward``, ``backward`` (under
-    DDP this includes the gradient all-reduce, a collective), ``optimizer
-    step``, ``collective (<name>)`` for ``torch.distributed`` calls, hook
-    events, and ``validation``. A watchdog thread checks it; when no
-    progress was made for ``timeout`` seconds (``first_iter_timeout`` until
-    the first iteration of an epoch ends, ``val_timeout`` during validation)
-    it writes the stacks of all threads to ``{work_dir}/hang_rank{R}.txt``
-    and to the log, naming the rank, iteration and phase. A rank that waits
-    in a collective is usually the victim: look for the rank whose report
-    shows another phase. When progress resumes, that is logged too.
+    Every rank keeps a heartbeat with its phase. The phase is marked from
+    this hook's methods and from PyTorch's extension points, registered in
+    ``before_run`` and removed in ``after_run``:
+
+    * forward pre/post hooks on the data preprocessor and the (unwrapped)
+      model: ``data preprocessing``, ``forward``, then ``backward`` (with
+      DDP ``backward (DDP gradient all-reduce: a collective)``), marked by
+      the first forward of each iteration;
+    * step pre/post hooks on the optimizer(s) of the optim wrapper:
+      ``optimizer step``, then ``hooks (after_train_iter)``;
+    * this hook's methods (it runs last in every event): ``data`` after an
+      iteration (loading the next batch and the other hooks'
+      ``before_train_iter``), ``validation (...)``/``test (...)``,
+      ``saving a checkpoint``, ``epoch end``, ``setup``.
+
+    A step that the optim wrapper skips marks no ``optimizer step``; its
+    phase stays ``backward`` until the iteration ends.
+
+    A watchdog thread checks the heartbeat; when no progress was made for
+    ``timeout`` seconds (``first_iter_timeout`` until the first iteration of
+    an epoch ends, ``val_timeout`` during validation and test) it writes the
+    stacks of all threads to ``{work_dir}/hang_rank{R}.txt`` and to the log,
+    naming the rank, iteration, phase and, when the main thread is inside a
+    ``torch.distributed`` collective, that collective. A rank that waits in
+    a collective is usually the victim: look for the rank whose report shows
+    another phase. When progress resumes, that is logged too.
 
     With ``abort_timeout`` the process exits with code ``abort_exit_code``
     when ``abort_timeout`` more seconds pass without progress, so that
@@ -189,7 +69,7 @@ class HangWatchdogHook(Hook):
             Defaults to True.
     """
 
-    priority = 'LOWEST'
+    priority = 'LOWEST'  # runs last: its marks name what comes next
 
     def __init__(self,
                  timeout: float = 300.,
@@ -213,245 +93,137 @@ class HangWatchdogHook(Hook):
                        self.val_timeout)
         self.poll_interval = poll_interval or min(5., max(.2, shortest / 10))
         self.native_backstop = native_backstop
-        self._hb = _Heartbeat()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._runner = None
-        self._ddp = False
-        self._stalls = 0
-        self._restore: list = []
+        self._hb = Heartbeat()
+        self._thread: Optional[WatchdogThread] = None
+        self._reporter: Optional[HangReporter] = None
+        self._marks = PhaseMarks(self._hb)
+        self._training = False
 
-    # ------------------------------------------------------------ beats --
-    def beat(self, phase: Optional[str] = None) -> str:
-        """Record progress (and a new phase); returns the previous phase."""
-        hb = self._hb
-        previous = hb.phase
-        if phase is not None:
-            hb.phase = phase
-        hb.time = time.monotonic()
-        hb.seq += 1
-        return previous
+    # ------------------------------------------------------- the marks --
+    def _mark(self, phase: Optional[str] = None) -> None:
+        self._hb.beat(phase)
 
-    def _wrap_call_hook(self, runner) -> None:
-        original = runner.call_hook
+    def _eval_phase(self, what: str) -> str:
+        return self._marks.phase(what)
 
-        @functools.wraps(original)
-        def call_hook(fn_name: str, **kwargs) -> None:
-            hb = self._hb
-            if fn_name in ('before_train', 'before_train_epoch'):
-                hb.first = True
-            if 'batch_idx' in kwargs:
-                hb.batch_idx = kwargs['batch_idx']
-            previous = self.beat(f'hooks ({fn_name})')
-            try:
-                return original(fn_name, **kwargs)
-            finally:
-                if fn_name == 'after_train_iter':
-                    hb.first = False
-                self.beat(_PHASE_AFTER.get(fn_name, previous))
+    def _allowance(self, phase: str, first: bool) -> float:
+        if phase.startswith(ph.EVAL_STAGES):
+            return self.val_timeout
+        return self.first_iter_timeout if first else self.timeout
 
-        runner.call_hook = call_hook
-        self._restore.append((runner, 'call_hook', call_hook))
-
-    def _wrap_optim_wrapper(self, optim_wrapper: Any) -> None:
-        inner = getattr(optim_wrapper, 'optim_wrappers', None)
-        if isinstance(inner, dict):  # OptimWrapperDict
-            for wrapper in inner.values():
-                self._wrap_optim_wrapper(wrapper)
-            return
-        backward = 'backward (DDP gradient all-reduce: a collective)' \
-            if self._ddp else 'backward'
-        for method, phase, after in (
-                ('update_params', None, 'after optimizer step'),
-                ('backward', backward, None),
-                ('step', 'optimizer step', None),
-                ('zero_grad', 'optimizer step (zero_grad)', None)):
-            original = getattr(optim_wrapper, method, None)
-            if original is None:
-                continue
-
-            def wrapped(*args, _original=original, _phase=phase,
-                        _after=after, **kwargs):
-                previous = self.beat(_phase)
-                try:
-                    return _original(*args, **kwargs)
-                finally:
-                    self.beat(_after or previous)
-
-            # Keep the wrapped method's attributes: MMEngine's param
-            # schedulers mark `step` with `_with_counter` and warn when the
-            # mark disappears.
-            functools.update_wrapper(wrapped, original)
-            setattr(optim_wrapper, method, wrapped)
-            self._restore.append((optim_wrapper, method, wrapped))
-
-    # ------------------------------------------------------------ hooks --
+    # ------------------------------------------------------ run events --
     def before_run(self, runner) -> None:
-        global _ACTIVE
-        from mmengine.dist import get_rank, get_world_size
-        from mmengine.model import is_model_wrapper
-        self._runner = runner
-        self._rank = get_rank()
-        self._world_size = get_world_size()
-        self._ddp = is_model_wrapper(runner.model) and self._world_size > 1
-        self._wrap_call_hook(runner)
-        from mmengine.optim import OptimWrapper, OptimWrapperDict
-        if isinstance(runner.optim_wrapper, (OptimWrapper, OptimWrapperDict)):
-            # Built before `before_run` by `Runner.train`.
-            self._wrap_optim_wrapper(runner.optim_wrapper)
-        if torch.distributed.is_available() and \
-                torch.distributed.is_initialized():
-            _install_collective_markers()
-        _ACTIVE = self
-        self.beat(_PHASE_AFTER['before_run'])
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._watch, name='mmsafe-hang-watchdog', daemon=True)
+        world_size = get_world_size()
+        model = unwrap_model(runner.model)
+        # runner.optim_wrapper is built before before_run by Runner.train.
+        self._marks.attach(model, runner.optim_wrapper,
+                           ddp=world_size > 1 and model is not runner.model)
+        reporter = HangReporter(runner, get_rank(), world_size)
+        self._reporter = reporter
+        self._mark(ph.SETUP)
+        self._thread = WatchdogThread(
+            self._hb, self._allowance,
+            on_stall=lambda phase, idle, allowance: reporter.report(
+                phase, idle, allowance, self._hb.batch_idx),
+            on_abort=lambda phase, idle: reporter.abort(
+                phase, idle, self._hb.batch_idx, self.abort_exit_code),
+            on_resume=reporter.resumed,
+            poll_interval=self.poll_interval,
+            abort_after=self.abort_timeout,
+            native_backstop=self.native_backstop)
         self._thread.start()
 
     def after_run(self, runner) -> None:
-        global _ACTIVE
-        self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.poll_interval * 2 + 1)
-        if self.native_backstop:
-            faulthandler.cancel_dump_traceback_later()
-        if _ACTIVE is self:
-            _ACTIVE = None
-        for owner, name, wrapper in reversed(self._restore):
-            # Only undo our own wrapper (back to the class's method).
-            if vars(owner).get(name) is wrapper:
-                delattr(owner, name)
-        self._restore.clear()
+            self._thread.stop()
+            self._thread = None
+        self._marks.detach()
 
-    # --------------------------------------------------------- watchdog --
-    def _allowance(self, phase: str, first: bool) -> float:
-        if phase.startswith(('validation', 'test')):
-            return self.val_timeout
-        if first:
-            return self.first_iter_timeout
-        return self.timeout
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        self._mark(ph.CHECKPOINT)
 
-    def _watch(self) -> None:
-        stalled_seq = None
-        stalled_at = 0.
-        while True:
-            stopping = self._stop.wait(self.poll_interval)
-            hb = self._hb
-            seq, last, phase, first = hb.seq, hb.time, hb.phase, hb.first
-            if stalled_seq is not None and seq != stalled_seq:
-                log(f'rank {self._rank} makes progress again after '
-                    f'{last - stalled_at:.1f} s (phase now {phase!r}).',
-                    logging.WARNING)
-                stalled_seq = None
-            if stopping:
-                return
-            allowance = self._allowance(phase, first)
-            idle = time.monotonic() - last
-            if self.native_backstop:
-                # Fires only if this thread is starved of the GIL.
-                try:
-                    faulthandler.dump_traceback_later(
-                        allowance + 10 * self.poll_interval + 30,
-                        exit=False)
-                except (RuntimeError, ValueError, OSError):
-                    self.native_backstop = False  # no usable stderr
-            if idle <= allowance:
-                continue
-            if stalled_seq is None:
-                stalled_seq, stalled_at = seq, last
-                self._report(phase, idle, allowance)
-            elif self.abort_timeout is not None and \
-                    idle > allowance + self.abort_timeout:
-                self._abort(phase, idle)
+    # ------------------------------------------------------- training --
+    def before_train(self, runner) -> None:
+        self._training = True
+        self._marks.stage = 'train'
+        self._hb.first = True
+        self._mark(ph.DATA)
 
-    def _where(self) -> Dict[str, Any]:
-        runner = self._runner
-        where = dict(rank=self._rank, world_size=self._world_size)
-        for key in ('iter', 'epoch'):
-            try:
-                where[key] = getattr(runner, key)
-            except Exception:  # noqa: BLE001  (loop not built yet)
-                where[key] = None
-        where['batch_idx'] = self._hb.batch_idx
-        return where
+    def after_train(self, runner) -> None:
+        self._training = False
+        self._mark()
 
-    def _stacks(self) -> str:
-        frames = sys._current_frames()
-        names = {t.ident: t.name for t in threading.enumerate()}
-        main = threading.main_thread().ident
-        order = sorted(frames, key=lambda ident: ident != main)
-        parts = []
-        for ident in order:
-            if ident == threading.get_ident():
-                continue  # this watchdog thread
-            stack = ''.join(traceback.format_stack(frames[ident]))
-            parts.append(f'--- thread {names.get(ident, "?")} '
-                         f'(id {ident}) ---\n{stack}')
-        return '\n'.join(parts)
+    def before_train_epoch(self, runner) -> None:
+        self._hb.first = True
+        self._mark(ph.DATA)
 
-    @staticmethod
-    def _innermost(ident: int) -> str:
-        frame = sys._current_frames().get(ident)
-        if frame is None:
-            return '?'
-        code = frame.f_code
-        return f'{code.co_name} ({code.co_filename}:{frame.f_lineno})'
+    def after_train_epoch(self, runner) -> None:
+        self._mark(ph.EPOCH_END)
 
-    def _report(self, phase: str, idle: float, allowance: float) -> None:
-        self._stalls += 1
-        where = self._where()
-        main_at = self._innermost(threading.main_thread().ident)
-        header = (
-            f'mmsafe hang report: rank {where["rank"]} of '
-            f'{where["world_size"]} (pid {os.getpid()}, '
-            f'{socket.gethostname()}) made no progress for {idle:.1f} s '
-            f'(allowed {allowance:g} s) at iteration {where["iter"]} '
-            f'(epoch {where["epoch"]}, batch {where["batch_idx"]}), '
-            f'phase {phase!r}.\nmain thread is in {main_at}')
-        if 'collective' in phase:
-            header += ('\nThis rank waits in a collective: another rank has '
-                       'probably stalled or died. Compare the hang_rank*.txt '
-                       'reports of all ranks.')
-        elif phase.endswith('data'):
-            header += ('\nThis rank waits for its DataLoader: a worker may '
-                       'be stuck; num_workers=0 in the loader config rules '
-                       'worker deadlocks out (see DataLoaderProbeHook).')
-        report = f'{header}\n\n{self._stacks()}\n'
-        path = None
-        work_dir = getattr(self._runner, 'work_dir', None)
-        if work_dir:
-            path = osp.join(work_dir, f'hang_rank{where["rank"]}.txt')
-            with open(path, 'a', encoding='utf-8') as f:
-                f.write(f'===== {time.strftime("%Y-%m-%d %H:%M:%S")} '
-                        f'=====\n{report}\n')
-        log(f'{report}(written to {path})', logging.ERROR)
-        write_event(work_dir, 'hang', phase=phase, idle_s=round(idle, 1),
-                    allowance_s=allowance, main_thread=main_at, file=path,
-                    **where)
-        update_counters('hang_watchdog', stalls=self._stalls,
-                        last_phase=phase, last_iter=where['iter'])
+    def before_train_iter(self, runner, batch_idx: int,
+                          data_batch=None) -> None:
+        self._hb.batch_idx = batch_idx
+        self._marks.new_iteration()
+        self._mark(ph.PREPROCESS)
 
-    def _abort(self, phase: str, idle: float) -> None:
-        where = self._where()
-        log(f'HangWatchdogHook: aborting rank {where["rank"]}: no progress '
-            f'for {idle:.1f} s at iteration {where["iter"]}, phase '
-            f'{phase!r}. Exiting with code {self.abort_exit_code} so that '
-            'the launcher or scheduler can restart the job (resume with '
-            '--resume). Set abort_timeout=None to wait instead.',
-            logging.ERROR)
-        write_event(getattr(self._runner, 'work_dir', None), 'hang_abort',
-                    phase=phase, idle_s=round(idle, 1),
-                    exit_code=self.abort_exit_code, **where)
-        for handler in logging.getLogger().handlers + list(getattr(
-                getattr(self._runner, 'logger', None), 'handlers', [])):
-            try:
-                handler.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(self.abort_exit_code)
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None) -> None:
+        self._hb.first = False
+        self._mark(ph.DATA)
 
+    # -------------------------------------------------- evaluation --
+    def _begin_eval(self, stage: str) -> None:
+        self._marks.stage = stage
+        self._mark(self._eval_phase('data'))
 
-install_default_dist_timeout()
+    def _eval_iter(self, batch_idx: int) -> None:
+        self._hb.batch_idx = batch_idx
+        self._marks.new_iteration()
+        self._mark(self._eval_phase('data preprocessing'))
+
+    def _end_eval(self) -> None:
+        if self._training:
+            self._marks.stage = 'train'
+            self._mark(ph.DATA)
+        else:
+            self._mark(self._eval_phase('end'))
+
+    def before_val(self, runner) -> None:
+        self._begin_eval('validation')
+
+    def before_val_epoch(self, runner) -> None:
+        self._mark(self._eval_phase('data'))
+
+    def before_val_iter(self, runner, batch_idx: int,
+                        data_batch=None) -> None:
+        self._eval_iter(batch_idx)
+
+    def after_val_iter(self, runner, batch_idx: int, data_batch=None,
+                       outputs=None) -> None:
+        self._mark(self._eval_phase('data / evaluation'))
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self._mark(self._eval_phase('end'))
+
+    def after_val(self, runner) -> None:
+        self._end_eval()
+
+    def before_test(self, runner) -> None:
+        self._begin_eval('test')
+
+    def before_test_epoch(self, runner) -> None:
+        self._mark(self._eval_phase('data'))
+
+    def before_test_iter(self, runner, batch_idx: int,
+                         data_batch=None) -> None:
+        self._eval_iter(batch_idx)
+
+    def after_test_iter(self, runner, batch_idx: int, data_batch=None,
+                        outputs=None) -> None:
+        self._mark(self._eval_phase('data / evaluation'))
+
+    def after_test_epoch(self, runner, metrics=None) -> None:
+        self._mark(self._eval_phase('end'))
+
+    def after_test(self, runner) -> None:
+        self._end_eval()

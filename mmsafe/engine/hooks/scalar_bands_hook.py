@@ -1,7 +1,5 @@
 """Expected bands for logged scalars: warn, or stop the run cleanly."""
-import fnmatch
 import logging
-import math
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
@@ -12,95 +10,11 @@ from mmdet.registry import HOOKS
 from mmsafe.dist import (all_gather_object, all_reduce_sum,
                          get_rank)
 from mmsafe.engine.monitor_sync import monitor_sync_of
+from mmsafe.engine.runner import StopTraining
+from mmsafe.engine.scalar_band import Band
 from mmsafe.events import log, update_counters, write_event
 
-_ACTIONS = ('warn', 'stop')
-_STAGE_PREFIXES = ('train/', 'val/', 'test/')
 STOP_VOTE = 'scalar_bands/stop'
-
-
-class Band:
-    """One expected band: which scalars, which range, what to do.
-
-    Args:
-        key (str): Scalar name or ``fnmatch`` pattern, matched against the
-            message hub name with and without its stage prefix
-            (``'grad_norm'`` matches ``'train/grad_norm'``;
-            ``'pascal_voc/mAP'`` matches ``'val/pascal_voc/mAP'``;
-            ``'loss*'`` matches every loss).
-        min (float, optional): Lowest allowed value.
-        max (float, optional): Highest allowed value.
-        finite (bool): The value must be finite. A non-finite value also
-            violates any ``min``/``max``. Defaults to False.
-        after_iter (int): Active from training iteration ``after_iter + 1``
-            (1-based, as in the log). Defaults to 0.
-        after_epoch (int): Active once ``after_epoch`` epochs are complete.
-            Defaults to 0.
-        action (str): ``'warn'`` or ``'stop'``. Defaults to ``'warn'``.
-        patience (int): Consecutive violating values before acting.
-            Defaults to 1.
-    """
-
-    def __init__(self,
-                 key: str,
-                 min: Optional[float] = None,  # noqa: A002 (config name)
-                 max: Optional[float] = None,  # noqa: A002
-                 finite: bool = False,
-                 after_iter: int = 0,
-                 after_epoch: int = 0,
-                 action: str = 'warn',
-                 patience: int = 1) -> None:
-        if action not in _ACTIONS:
-            raise ValueError(f'band {key!r}: action must be one of '
-                             f'{_ACTIONS}, got {action!r}')
-        if min is None and max is None and not finite:
-            raise ValueError(f'band {key!r} sets none of min, max, finite')
-        if patience < 1:
-            raise ValueError(f'band {key!r}: patience must be >= 1')
-        self.key = key
-        self.min = min
-        self.max = max
-        self.finite = finite
-        self.after_iter = after_iter
-        self.after_epoch = after_epoch
-        self.action = action
-        self.patience = patience
-
-    def matches(self, name: str) -> bool:
-        short = name
-        for prefix in _STAGE_PREFIXES:
-            if name.startswith(prefix):
-                short = name[len(prefix):]
-                break
-        return (fnmatch.fnmatchcase(name, self.key)
-                or fnmatch.fnmatchcase(short, self.key))
-
-    def active(self, iteration: int, epoch: int) -> bool:
-        """``iteration``: 1-based count of finished iterations; ``epoch``:
-        finished epochs."""
-        return iteration > self.after_iter and epoch >= self.after_epoch
-
-    def violation(self, value: float) -> Optional[str]:
-        """Why ``value`` is outside the band, or None."""
-        if not math.isfinite(value):
-            if self.finite or self.min is not None or self.max is not None:
-                return 'is not finite'
-            return None
-        if self.min is not None and value < self.min:
-            return f'is below min={self.min}'
-        if self.max is not None and value > self.max:
-            return f'is above max={self.max}'
-        return None
-
-    def describe(self) -> str:
-        parts = []
-        if self.min is not None:
-            parts.append(f'min={self.min}')
-        if self.max is not None:
-            parts.append(f'max={self.max}')
-        if self.finite:
-            parts.append('finite')
-        return f"{self.key} [{', '.join(parts)}]"
 
 
 @HOOKS.register_module()
@@ -115,14 +29,21 @@ class ScalarBandsHook(Hook):
 
     * the reason is logged on every rank and written to the event log;
     * a checkpoint ``band_stop_iter_{N}.pth`` is saved in the work dir;
-    * ``runner.train_loop.stop_training`` is set, the flag that MMEngine's
-      ``EpochBasedTrainLoop`` and ``IterBasedTrainLoop`` read (the same one
-      ``EarlyStoppingHook`` uses). ``IterBasedTrainLoop`` reads it before
-      every iteration; ``EpochBasedTrainLoop`` only between epochs, so after
-      a stop in the middle of an epoch the rest of that epoch's batches are
-      drained without training (no forward, no step, no hooks); the loop
-      then ends normally (``after_train_epoch``, a possible validation,
-      ``after_train``).
+    * training ends at once, on every rank at the same iteration:
+
+      - ``IterBasedTrainLoop`` (any stop) and ``EpochBasedTrainLoop`` (a
+        stop decided after a validation): ``runner.train_loop.stop_training``
+        is set, the flag these loops read before their next iteration or
+        epoch (as ``EarlyStoppingHook`` does); the loop ends normally, under
+        any runner;
+      - otherwise (``EpochBasedTrainLoop`` after a training iteration, whose
+        loop reads the flag only between epochs, and any other loop):
+        :class:`~mmsafe.engine.runner.StopTraining` is raised with the
+        reason and the checkpoint. ``SafeRunner`` (``runner_type =
+        'SafeRunner'``, set by ``configs/_base_/safety_runtime.py``) ends the
+        run cleanly (``after_train`` and ``after_run`` hooks run, exit code
+        0); under MMEngine's stock ``Runner`` the exception ends the run
+        with its message and a non-zero exit code, on every rank.
 
     Under DDP, training losses differ between ranks: a stop request is
     posted to :class:`MonitorSync` and every rank stops at the
@@ -150,8 +71,6 @@ class ScalarBandsHook(Hook):
         self._streaks: Dict[tuple, int] = {}
         self._stop_reason: Optional[str] = None
         self._stopped = False
-        self._draining = False
-        self._drained = 0
         self._training = False
         self.num_violations = 0
         self.num_warnings = 0
@@ -276,28 +195,12 @@ class ScalarBandsHook(Hook):
             log(f'ScalarBandsHook: saved '
                 f'{osp.join(runner.work_dir, filename)}')
         loop = runner.train_loop
-        if not hasattr(loop, 'stop_training'):
-            log(f'ScalarBandsHook: {type(loop).__name__} has no '
-                'stop_training flag; setting it, but this loop may not read '
-                'it.', logging.ERROR)
-        loop.stop_training = True
-        from mmengine.runner import EpochBasedTrainLoop
-        if in_train_iter and isinstance(loop, EpochBasedTrainLoop):
-            self._drain_epoch(loop)
-
-    def _drain_epoch(self, loop) -> None:
-        """Let ``EpochBasedTrainLoop`` finish the epoch without training:
-        it reads ``stop_training`` only between epochs."""
-        self._draining = True
-
-        def drain_iter(idx, data_batch) -> None:
-            self._drained += 1
-
-        loop.run_iter = drain_iter
-
-    def after_train_epoch(self, runner) -> None:
-        if self._draining:
-            self._draining = False
-            del runner.train_loop.run_iter  # back to the class method
-            log(f'ScalarBandsHook: drained {self._drained} remaining '
-                'batches of the epoch without training after the stop.')
+        from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
+        if isinstance(loop, IterBasedTrainLoop) or (
+                not in_train_iter and isinstance(loop, EpochBasedTrainLoop)):
+            # The loop reads the flag before its next iteration or epoch.
+            loop.stop_training = True
+            return
+        raise StopTraining(
+            reason, checkpoint=osp.join(runner.work_dir, filename)
+            if self.save_checkpoint else None)
