@@ -161,7 +161,9 @@ class SafeRunner(Runner):
         try:
             return super().train()
         except StopTraining as stop:
-            log(f'{stop} at iteration {self.iter}; ending the run.',
+            saved = f' (saved {stop.checkpoint})' if stop.checkpoint else ''
+            log(f'training stopped by a hook: {stop.reason}{saved}; ending '
+                'the run (after_train and after_run hooks run).',
                 logging.WARNING)
             self.call_hook('after_train')
             self.call_hook('after_run')
