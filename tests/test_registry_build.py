@@ -78,6 +78,12 @@ EXAMPLES = {
         'PairedDetDataPreprocessor': dict(type='PairedDetDataPreprocessor'),
         'DualStreamFasterRCNN': lambda root: _tiny_model(),
     },
+    'runner': {
+        'SafeRunner': lambda root: dict(
+            runner_type='SafeRunner', model=_tiny_model(),
+            work_dir=osp.join(root, 'work'), default_scope='mmdet',
+            experiment_name='registry_build_safe_runner'),
+    },
     'optim_wrapper': {
         'NaNSkipOptimWrapper': dict(type='NaNSkipOptimWrapper'),
         'AmpNaNSkipOptimWrapper': dict(type='AmpNaNSkipOptimWrapper'),
@@ -134,6 +140,13 @@ def test_builds_from_config_under_mmdet_scope(group, name, tmp_path):
     example = EXAMPLES[group][name]
     cfg = example(str(tmp_path / 'llvip')) if callable(example) else dict(
         example)
+    if group == 'runner':
+        from mmengine.config import Config
+        from mmengine.registry import RUNNERS
+        obj = RUNNERS.build(Config(cfg))
+        assert type(obj).__name__ == name
+        assert obj.monitor_sync is not None
+        return
     with DefaultScope.overwrite_default_scope('mmdet'):
         if group == 'optim_wrapper':
             model = torch.nn.Linear(2, 2)

@@ -7,8 +7,8 @@ import torch.nn as nn
 
 from mmdet.registry import OPTIM_WRAPPERS
 from .cpu_autocast_errors import cpu_autocast_op_message, mmcv_op_frame
-from .nan_skip_optim_wrapper import (AMP_OVERFLOW, NONFINITE_GRAD,
-                                     NaNSkipOptimWrapper)
+from .nan_skip_optim_wrapper import NaNSkipOptimWrapper
+from .skip_report import AMP_OVERFLOW, NONFINITE_GRAD
 
 _SCALER_ARGS = ('init_scale', 'growth_factor', 'backoff_factor',
                 'growth_interval', 'enabled')

@@ -21,7 +21,6 @@ on skipped steps instead (DeepSpeed's and Megatron-LM's behaviour), use
 buffers, Adam moments (and Adam's step counter) and weight decay are
 untouched by a skipped step because ``optimizer.step()`` is not called.
 """
-import logging
 import math
 import weakref
 from collections import deque
@@ -34,13 +33,12 @@ from mmengine.optim import OptimWrapper
 from torch.optim import Optimizer
 
 from mmdet.registry import OPTIM_WRAPPERS
-from mmsafe.dist import all_gather_object, current_iter, get_rank
+from mmsafe.dist import current_iter
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.events import batch_file_names, log, update_counters, write_event
+from mmsafe.events import batch_file_names, update_counters
 from .grad_norm import clip_per_module, parse_module_rules, total_norm
-from .skip_report import (AMP_OVERFLOW, NONFINITE_GRAD,  # noqa: F401
-                          NONFINITE_LOSS, ZERO_GRAD, counter_kind, culprit,
-                          plain, skip_message, too_many_skips)
+from .skip_report import (NONFINITE_GRAD, ZERO_GRAD, plain, record_skip,
+                          too_many_skips)
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -284,41 +282,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
 
     def _skip(self, reasons: List[str], window: List[dict],
               grad_norm: float) -> None:
-        it = window[-1]['iter'] if window else current_iter()
-        iters = [w['iter'] for w in window]
-        # Only now, on the skip path, are the losses read from the device.
-        losses = [float(w['loss'].float().sum()) for w in window]
-        mine = dict(rank=get_rank(), iters=iters, losses=losses,
-                    loss_finite=[math.isfinite(v) for v in losses],
-                    files=[f for w in window for f in w['files']])
-        # Every rank skips this step, so every rank joins the gather.
-        everyone = all_gather_object(mine) if self.log_all_ranks else [mine]
-        bad_ranks = [r['rank'] for r in everyone
-                     if not all(r['loss_finite'])]
-        if bad_ranks and reasons[0] in (NONFINITE_GRAD, AMP_OVERFLOW):
-            reasons = [NONFINITE_LOSS] + reasons[1:]
-        kind = counter_kind(reasons[0])
-        self.counters['skipped'] += 1
-        self.counters['consecutive'] += 1
-        if kind is not None:
-            self.counters[kind] += 1
-        by_reason = self.counters['by_reason']
-        for reason in reasons:
-            by_reason[reason] = by_reason.get(reason, 0) + 1
-
-        write_event(self.work_dir, 'step_skip', iter=it, iters=iters,
-                    reasons=reasons, cause=kind or reasons[0],
-                    bad_ranks=bad_ranks, loss=losses, grad_norm=grad_norm,
-                    files=mine['files'], skipped=self.counters['skipped'],
-                    consecutive=self.counters['consecutive'])
-        log(skip_message(it, iters, reasons,
-                         culprit(reasons, bad_ranks, len(everyone)),
-                         grad_norm, everyone, self.counters),
-            # fp16 overflows are routine while the loss scale settles.
-            logging.INFO if kind == 'amp_overflow' else logging.WARNING)
-        self.recent_bad.append(
-            dict(iter=it, reasons=reasons,
-                 files={r['rank']: r['files'] for r in everyone}))
+        record_skip(self.counters, self.recent_bad, reasons, window,
+                    grad_norm, self.log_all_ranks, self.work_dir)
         self._skip_step(reasons)
         self.optimizer.zero_grad()
         limit = self.max_consecutive_skips

@@ -1,6 +1,12 @@
 """What the NaN-skip wrappers say about a skipped step: the cause, the log
 line and the error after too many skips in a row."""
+import logging
+import math
+from collections import deque
 from typing import Dict, List, Optional
+
+from mmsafe.dist import all_gather_object, current_iter, get_rank
+from mmsafe.events import log, write_event
 
 #: Skip reasons.
 NONFINITE_LOSS = 'nonfinite_loss'
@@ -86,3 +92,59 @@ def plain(value):
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
+
+
+def record_skip(counters: Dict, recent_bad: deque, reasons: List[str],
+                window: List[dict], grad_norm: float, gather: bool,
+                work_dir: Optional[str]) -> None:
+    """Count, log and record (event, ``recent_bad``) a skipped step.
+
+    Every rank skips the step together, so with ``gather`` every rank
+    joins one ``all_gather_object`` of the losses and files of the step's
+    window, and every rank's log names the rank(s) whose loss was not
+    finite. The window's losses are read from the device only here.
+
+    Args:
+        counters (dict): the wrapper's counters, updated in place.
+        recent_bad (deque): the latest skipped windows, appended to.
+        reasons (list[str]): the skip reasons, first the main one.
+        window (list[dict]): ``iter``, ``loss`` and ``files`` per backward.
+        grad_norm (float): the step's global gradient norm.
+        gather (bool): gather every rank's losses and files.
+        work_dir (str, optional): where the ``step_skip`` event goes.
+    """
+    it = window[-1]['iter'] if window else current_iter()
+    iters = [w['iter'] for w in window]
+    # Only now, on the skip path, are the losses read from the device.
+    losses = [float(w['loss'].float().sum()) for w in window]
+    mine = dict(rank=get_rank(), iters=iters, losses=losses,
+                loss_finite=[math.isfinite(v) for v in losses],
+                files=[f for w in window for f in w['files']])
+    # Every rank skips this step, so every rank joins the gather.
+    everyone = all_gather_object(mine) if gather else [mine]
+    bad_ranks = [r['rank'] for r in everyone
+                 if not all(r['loss_finite'])]
+    if bad_ranks and reasons[0] in (NONFINITE_GRAD, AMP_OVERFLOW):
+        reasons = [NONFINITE_LOSS] + reasons[1:]
+    kind = counter_kind(reasons[0])
+    counters['skipped'] += 1
+    counters['consecutive'] += 1
+    if kind is not None:
+        counters[kind] += 1
+    by_reason = counters['by_reason']
+    for reason in reasons:
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+
+    write_event(work_dir, 'step_skip', iter=it, iters=iters,
+                reasons=reasons, cause=kind or reasons[0],
+                bad_ranks=bad_ranks, loss=losses, grad_norm=grad_norm,
+                files=mine['files'], skipped=counters['skipped'],
+                consecutive=counters['consecutive'])
+    log(skip_message(it, iters, reasons,
+                     culprit(reasons, bad_ranks, len(everyone)),
+                     grad_norm, everyone, counters),
+        # fp16 overflows are routine while the loss scale settles.
+        logging.INFO if kind == 'amp_overflow' else logging.WARNING)
+    recent_bad.append(
+        dict(iter=it, reasons=reasons,
+             files={r['rank']: r['files'] for r in everyone}))
