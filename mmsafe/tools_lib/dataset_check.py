@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from mmsafe.datasets.walk import config_nodes, leaf_datasets, resolve_index
+
 ERROR = 'error'
 WARNING = 'warning'
 
@@ -76,40 +78,6 @@ def issue(kind: str, message: str, source: str, **fields) -> dict:
 
 
 # ---------------------------------------------------------------- datasets
-def resolve_sample(dataset, idx: int):
-    """Find the dataset that owns sample ``idx`` and its index there.
-
-    Wrappers that only re-index (MMEngine's Concat/Repeat/ClassBalanced
-    datasets, ``ValidInstanceResampleDataset``) are looked through, so the
-    audit runs each sample's own pipeline with ``prepare_data`` instead of
-    ``__getitem__``, which in training mode would hide a failing sample by
-    drawing another one.
-
-    Returns:
-        tuple: ``(dataset, index)``; ``dataset`` has ``prepare_data``, or is
-        the outermost dataset when it cannot be looked through.
-    """
-    from mmengine.dataset import (ClassBalancedDataset, ConcatDataset,
-                                  RepeatDataset)
-    from mmsafe.datasets.valid_instance_resample import \
-        ValidInstanceResampleDataset
-    current, index = dataset, idx
-    for _ in range(16):
-        if hasattr(current, 'prepare_data'):
-            return current, index
-        if isinstance(current, ConcatDataset):
-            ds_idx, index = current._get_ori_dataset_idx(index)
-            current = current.datasets[ds_idx]
-        elif isinstance(current, (RepeatDataset, ClassBalancedDataset)):
-            index = current._get_ori_dataset_idx(index)
-            current = current.dataset
-        elif isinstance(current, ValidInstanceResampleDataset):
-            current = current.dataset
-        else:
-            break
-    return dataset, idx
-
-
 def class_names(dataset) -> tuple:
     meta = getattr(dataset, 'metainfo', None) or {}
     return tuple(meta.get('classes', ()) or ())
@@ -317,7 +285,7 @@ class PairAuditDataset(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, idx: int) -> dict:
-        owner, local = resolve_sample(self.dataset, idx)
+        owner, local = resolve_index(self.dataset, idx)
         record = dict(index=idx, issues=[])
         try:
             info = owner.get_data_info(local)
@@ -369,7 +337,7 @@ class PairAuditDataset(Dataset):
     def show_again(self, idx: int, record: dict,
                    prefix: str = '') -> Optional[str]:
         """Run sample ``idx`` through the pipeline again and draw it."""
-        owner, local = resolve_sample(self.dataset, idx)
+        owner, local = resolve_index(self.dataset, idx)
         result = owner.prepare_data(local) if hasattr(
             owner, 'prepare_data') else owner[local]
         if result is None:
@@ -597,26 +565,25 @@ def dataset_config(cfg, split: str):
     return copy.deepcopy(loader['dataset'])
 
 
-def _pair_policy_holder(ds_cfg):
-    """The (possibly nested) dataset config whose type takes
-    ``on_missing_pair``, or None."""
+def _pair_policy_holders(ds_cfg) -> List[dict]:
+    """The (possibly nested) dataset configs whose type takes
+    ``on_missing_pair``."""
     import inspect
     from mmdet.registry import DATASETS
-    node = ds_cfg
-    for _ in range(8):
-        if not isinstance(node, dict) or 'type' not in node:
-            return None
-        cls = node['type'] if not isinstance(node['type'], str) else \
-            DATASETS.get(node['type'])
+    holders = []
+    for _, node in config_nodes(ds_cfg):
+        cls = node.get('type')
+        if isinstance(cls, str):
+            cls = DATASETS.get(cls)
         for klass in getattr(cls, '__mro__', ()):  # subclasses: **kwargs
             try:
                 params = inspect.signature(klass.__init__).parameters
             except (TypeError, ValueError):
                 continue
             if 'on_missing_pair' in params:
-                return node
-        node = node.get('dataset')
-    return None
+                holders.append(node)
+                break
+    return holders
 
 
 def _missing_in_folders(dataset) -> List[dict]:
@@ -659,15 +626,16 @@ def build_dataset(cfg, split: str):
     try:
         dataset = DATASETS.build(copy.deepcopy(ds_cfg))
     except FileNotFoundError as exc:
-        holder = _pair_policy_holder(ds_cfg)
-        if holder is None or holder.get('on_missing_pair') == 'skip' or \
-                'pair' not in str(exc):
+        holders = [h for h in _pair_policy_holders(ds_cfg)
+                   if h.get('on_missing_pair') != 'skip']
+        if not holders or 'pair' not in str(exc):
             raise
         findings.append(dict(index=None, img_path=None, ir_img_path=None,
                              **issue('missing_partner',
                                      f'the dataset refused to build: {exc}',
                                      'dataset')))
-        holder['on_missing_pair'] = 'skip'
+        for holder in holders:
+            holder['on_missing_pair'] = 'skip'
         dataset = DATASETS.build(ds_cfg)
     if hasattr(dataset, 'full_init'):
         dataset.full_init()
@@ -678,20 +646,6 @@ def build_dataset(cfg, split: str):
     if listed:  # the complete list replaces the dataset's summary line
         findings = [f for f in findings if f['source'] != 'dataset'] + listed
     return dataset, findings
-
-
-def leaf_datasets(dataset) -> list:
-    """The datasets that own samples, below any re-indexing wrappers."""
-    from mmengine.dataset import ConcatDataset
-    if hasattr(dataset, 'prepare_data') and hasattr(dataset, 'data_prefix'):
-        return [dataset]
-    if isinstance(dataset, ConcatDataset):
-        return [leaf for d in dataset.datasets for leaf in leaf_datasets(d)]
-    inner = getattr(dataset, 'dataset', None)
-    if inner is not None and inner is not dataset:
-        return leaf_datasets(inner) + (
-            [dataset] if hasattr(dataset, 'data_prefix') else [])
-    return [dataset]
 
 
 # ------------------------------------------------------ pairing (static)

@@ -15,7 +15,8 @@ import tempfile
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ..context import PreflightContext, first_line, leaf_datasets
+from mmsafe.datasets.walk import config_leaves
+from ..context import PreflightContext, first_line
 from ..report import CheckRow
 
 NAME = 'data'
@@ -114,35 +115,23 @@ def _sampled_cfg(dataset_cfg: Dict, ctx: PreflightContext,
     only ``ctx.samples`` images; and how many images they list in all
     (None when nothing was sampled)."""
     cfg = copy.deepcopy(dataset_cfg)
-    total = [0, False]
-
-    def visit(node):
-        if not isinstance(node, dict):
-            return
-        if isinstance(node.get('dataset', None), dict):
-            visit(node['dataset'])
-            return
-        if isinstance(node.get('datasets', None), (list, tuple)):
-            for item in node['datasets']:
-                visit(item)
-            return
+    total, sampled = 0, False
+    for _, node in config_leaves(cfg):
         cls = node.get('type', None)
         if isinstance(cls, str):
             cls = ctx.lookup('DATASETS', cls)
         if not _per_file_annotations(cls) or _remote(
                 node.get('data_root', '') or '', node):
-            return
+            continue
         names = _image_list(node)
         picked = [names[i] for i in _sample_indices(len(names), ctx.samples)]
         path = osp.join(tmpdir, f'sample_{len(os.listdir(tmpdir))}.txt')
         with open(path, 'w', encoding='utf-8') as f:
             f.write('\n'.join(picked) + '\n')
         node['ann_file'] = path
-        total[0] += len(names)
-        total[1] = True
-
-    visit(cfg)
-    return cfg, (total[0] if total[1] else None)
+        total += len(names)
+        sampled = True
+    return cfg, (total if sampled else None)
 
 
 def _build(dataset_cfg: Dict, ctx: PreflightContext):
@@ -306,7 +295,7 @@ def check_data_files(ctx: PreflightContext) -> Iterator[CheckRow]:
             continue
         seen[key] = name
         buildable = True
-        for leaf_path, leaf in leaf_datasets(dataset_cfg, where):
+        for leaf_path, leaf in config_leaves(dataset_cfg, where):
             rows, ok = _paths_rows(leaf_path, leaf)
             buildable = buildable and ok
             yield from rows
