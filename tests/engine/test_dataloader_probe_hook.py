@@ -244,7 +244,7 @@ def test_find_unpicklable_names_nested_path():
     from mmengine.registry import DefaultScope
     from torch.utils.data import DataLoader
 
-    from mmsafe.engine.hooks._loader_utils import find_unpicklable
+    from mmsafe.datasets.loader.pickling import find_unpicklable
     from tests.engine.probe_toys import ProbeToyDataset
 
     with DefaultScope.overwrite_default_scope('mmdet'):

@@ -4,14 +4,14 @@ PyTorch raises on ``persistent_workers=True`` or a ``prefetch_factor`` with
 ``num_workers=0`` only when the loader is built, after the model and dataset.
 Spawn-started workers (Windows always; elsewhere
 ``env_cfg.mp_cfg.mp_start_method='spawn'``) re-import everything and pickle
-the dataset; with paired data and persistent workers this is how the LLVIP
-MACL run froze right after its hooks were set up.
+the dataset; with paired data and persistent workers such workers can stall
+right after the hooks are set up, printing nothing.
 """
 import multiprocessing
 import os
 from typing import Dict, Iterator, Optional
 
-from mmsafe.engine.hooks._loader_utils import available_memory
+from mmsafe.datasets.loader.memory import available_memory
 from ..context import PreflightContext
 from ..report import CheckRow
 
