@@ -2,8 +2,9 @@
 
 Fault injection: spawn-started workers that block forever (the main
 process waits without a message), a pipeline transform that holds a
-lambda; and a healthy loader that must be left alone. Every run carries a marker in its
-environment so that the test can prove no process of it survives.
+lambda; and a healthy loader that must be left alone. Every run carries a
+marker in its environment so that the test can prove no process of it
+survives.
 """
 import json
 import os
