@@ -291,6 +291,7 @@ def test_replace_loop_loader_keeps_the_loop_invariants():
     attributes = set(vars(loop))
     new = rebuild_loader(old, num_workers=0)
     assert new.sampler is old.sampler and new.dataset is old.dataset
+    assert new.collate_fn is old.collate_fn
 
     assert replace_loop_loader(loop, new) == []
     assert loop.dataloader is new
