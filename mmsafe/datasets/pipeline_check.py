@@ -19,6 +19,8 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .walk import config_nodes
+
 #: MMDetection / MMCV transforms that move the image (by class name; any
 #: subclass counts too)
 _GEOMETRIC = {
@@ -303,12 +305,7 @@ def _is_paired_dataset(node: Any) -> bool:
 
 def _holds_paired(node: Any) -> bool:
     """Whether a dataset config is paired or wraps a paired dataset."""
-    if not isinstance(node, dict):
-        return False
-    if _is_paired_dataset(node):
-        return True
-    inner = [node.get('dataset')] + list(node.get('datasets') or [])
-    return any(_holds_paired(d) for d in inner if d is not None)
+    return any(_is_paired_dataset(n) for _, n in config_nodes(node))
 
 
 def _pipeline_is_paired(pipeline: Sequence[Any]) -> bool:
@@ -334,15 +331,9 @@ def config_pipeline_problems(dataset_cfg: Any,
         list[str]: one message per problem.
     """
     problems: List[str] = []
-    if not isinstance(dataset_cfg, dict):
-        return problems
-    pipeline = dataset_cfg.get('pipeline')
-    if pipeline and (_holds_paired(dataset_cfg)
-                     or _pipeline_is_paired(pipeline)):
-        problems += pipeline_problems(pipeline, f'{where}.pipeline')
-    inner = dataset_cfg.get('dataset')
-    if inner is not None:
-        problems += config_pipeline_problems(inner, f'{where}.dataset')
-    for i, sub in enumerate(dataset_cfg.get('datasets') or []):
-        problems += config_pipeline_problems(sub, f'{where}.datasets[{i}]')
+    for path, node in config_nodes(dataset_cfg, where):
+        pipeline = node.get('pipeline')
+        if pipeline and (_holds_paired(node)
+                         or _pipeline_is_paired(pipeline)):
+            problems += pipeline_problems(pipeline, f'{path}.pipeline')
     return problems

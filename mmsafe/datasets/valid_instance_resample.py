@@ -1,9 +1,9 @@
 """Replace training samples that have no valid instance after the pipeline.
 
 A sample whose boxes all disappear in the pipeline (a random crop, a filter,
-an image with no people) can leave one DDP rank with an empty batch, which
-froze a real 4-GPU run (see CONTEXT.md, incident 1). This wrapper swaps such
-a sample for another one, deterministically, and marks the replacement so
+an image with no people) can leave one DDP rank with an empty batch while
+the other ranks wait for it in a collective. This wrapper swaps such a
+sample for another one, deterministically, and marks the replacement so
 that :class:`mmsafe.engine.hooks.ValidInstanceResampleHook` counts it in the
 main process (workers cannot write to the runner's message hub).
 """

@@ -3,7 +3,7 @@ and a few things that are expensive enough to compute once (the registries
 of the config's default scope, the built model)."""
 import os
 import platform
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 DATALOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
@@ -151,25 +151,3 @@ def first_line(err: BaseException, limit: int = 400) -> str:
                                 and err.args) else str(err)
     text = ' '.join(text.split())
     return text if len(text) <= limit else text[:limit - 3] + '...'
-
-
-def leaf_datasets(dataset_cfg: Any, path: str) -> List[Tuple[str, Dict]]:
-    """Unwrap dataset wrappers down to the datasets that read files.
-
-    ``RepeatDataset(dataset=...)``, ``ConcatDataset(datasets=[...])`` and
-    mmsafe's wrappers all nest their inner datasets under ``dataset`` or
-    ``datasets``.
-    """
-    if not isinstance(dataset_cfg, dict):
-        return []
-    leaves: List[Tuple[str, Dict]] = []
-    inner = dataset_cfg.get('dataset', None)
-    many = dataset_cfg.get('datasets', None)
-    if isinstance(inner, dict):
-        leaves += leaf_datasets(inner, f'{path}.dataset')
-    if isinstance(many, (list, tuple)):
-        for i, item in enumerate(many):
-            leaves += leaf_datasets(item, f'{path}.datasets[{i}]')
-    if not leaves:
-        leaves.append((path, dataset_cfg))
-    return leaves

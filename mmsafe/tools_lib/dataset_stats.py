@@ -24,6 +24,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+from mmsafe.datasets.walk import config_nodes
+from .dataset_check import dataset_config
+
 MODALITIES = ('visible', 'infrared')
 
 
@@ -34,13 +37,9 @@ def loading_settings(dataset_cfg: dict) -> dict:
         dict: ``visible`` and ``infrared`` decode flags, ``imdecode_backend``
         and ``backend_args``.
     """
-    pipeline = []
-    node = dataset_cfg
-    while isinstance(node, dict):  # the pipeline may sit on a wrapper
-        pipeline = node.get('pipeline') or pipeline
-        if pipeline:
-            break
-        node = node.get('dataset')
+    # the first pipeline, outermost first: it may sit on a wrapper
+    pipeline = next((node['pipeline'] for _, node in config_nodes(dataset_cfg)
+                     if node.get('pipeline')), [])
     load = next((t for t in pipeline if isinstance(t, dict) and
                  'Load' in str(t.get('type', '')) and
                  'Image' in str(t.get('type', ''))), {})
@@ -192,11 +191,7 @@ def build_split_dataset(cfg, split: str):
     from mmengine.registry import init_default_scope
     from mmdet.registry import DATASETS
     init_default_scope(cfg.get('default_scope', 'mmdet'))
-    key = f'{split}_dataloader'
-    loader = cfg.get(key, None)
-    if not loader or 'dataset' not in loader:
-        raise KeyError(f'the config has no {key}.dataset')
-    ds_cfg = copy.deepcopy(loader['dataset'])
+    ds_cfg = dataset_config(cfg, split)
     dataset = DATASETS.build(copy.deepcopy(ds_cfg))
     if hasattr(dataset, 'full_init'):
         dataset.full_init()

@@ -1,9 +1,10 @@
 """DataLoaderProbeHook: real Runner runs with real DataLoader workers.
 
-Fault injection: spawn-started workers that block forever (the Windows
-LLVIP deadlock), a pipeline transform that holds a lambda; and a healthy
-loader that must be left alone. Every run carries a marker in its
-environment so that the test can prove no process of it survives.
+Fault injection: spawn-started workers that block forever (the main
+process waits without a message), a pipeline transform that holds a
+lambda; and a healthy loader that must be left alone. Every run carries a
+marker in its environment so that the test can prove no process of it
+survives.
 """
 import json
 import os
@@ -65,6 +66,15 @@ def _run(tmp_path, loader, dataset='ProbeToyDataset', dataset_args='',
     return result
 
 
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
 def _marked_processes(mark: str) -> list:
     """Live processes whose environment carries the run's marker."""
     found = []
@@ -76,12 +86,10 @@ def _marked_processes(mark: str) -> list:
             with open(f'/proc/{pid}/environ', 'rb') as f:
                 if needle not in f.read():
                     continue
-            with open(f'/proc/{pid}/stat') as f:
-                if f.read().rsplit(')', 1)[1].split()[0] == 'Z':
-                    continue
         except OSError:
             continue
-        found.append(int(pid))
+        if _running(int(pid)):
+            found.append(int(pid))
     return found
 
 
@@ -244,7 +252,7 @@ def test_find_unpicklable_names_nested_path():
     from mmengine.registry import DefaultScope
     from torch.utils.data import DataLoader
 
-    from mmsafe.engine.hooks._loader_utils import find_unpicklable
+    from mmsafe.datasets.loader.pickling import find_unpicklable
     from tests.engine.probe_toys import ProbeToyDataset
 
     with DefaultScope.overwrite_default_scope('mmdet'):
@@ -259,3 +267,37 @@ def test_find_unpicklable_names_nested_path():
     assert find_unpicklable(loader.collate_fn, 'collate_fn')[0] == \
         'collate_fn'
     assert torch.is_tensor(ds[0]['inputs'])
+
+
+def test_replace_loop_loader_keeps_the_loop_invariants():
+    """The loop reads from the new loader (IterBasedTrainLoop: through a
+    fresh iterator of MMEngine's type on it); the old workers are gone;
+    no method of the loop is touched."""
+    from types import SimpleNamespace
+
+    from mmengine.runner.loops import _InfiniteDataloaderIterator
+    from torch.utils.data import DataLoader
+
+    from mmsafe.datasets.loader import rebuild_loader
+    from mmsafe.engine.loop_loader import replace_loop_loader
+
+    old = DataLoader(list(range(6)), batch_size=2, num_workers=1,
+                     persistent_workers=True,
+                     multiprocessing_context='fork')
+    loop = SimpleNamespace(dataloader=old)
+    # as IterBasedTrainLoop.__init__ leaves it: workers already started
+    loop.dataloader_iterator = _InfiniteDataloaderIterator(old)
+    started = [w.pid for w in loop.dataloader_iterator._iterator._workers]
+    attributes = set(vars(loop))
+    new = rebuild_loader(old, num_workers=0)
+    assert new.sampler is old.sampler and new.dataset is old.dataset
+    assert new.collate_fn is old.collate_fn
+
+    assert replace_loop_loader(loop, new) == []
+    assert loop.dataloader is new
+    assert type(loop.dataloader_iterator) is _InfiniteDataloaderIterator
+    assert loop.dataloader_iterator._dataloader is new
+    assert set(vars(loop)) == attributes
+    assert [next(loop.dataloader_iterator).tolist() for _ in range(4)] == [
+        [0, 1], [2, 3], [4, 5], [0, 1]]
+    assert started and not any(_running(pid) for pid in started)

@@ -1,57 +1,28 @@
 """Probe each DataLoader before its first batch; fall back to the main
 process when its workers cannot deliver.
 
-Spawn-started workers (Windows, macOS, or ``multiprocessing_context=
-'spawn'``) receive a pickled copy of the dataset, collate_fn and
-worker_init_fn; an unpicklable object fails there with a message that does
-not say which object it was, and some worker set-ups (paired images,
-persistent workers) deadlock without any message at all. The probe finds
-both before training starts and rebuilds the loader without workers.
+The checks themselves live in :mod:`mmsafe.datasets.loader`; this hook runs
+them at the right moment and reports: log lines, ``dataloader_*`` events in
+``mmsafe_events.jsonl`` and the ``mmsafe/dataloader_probe`` counters.
 """
 import logging
-import math
-import os
-import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from mmengine.hooks import Hook
 from torch.utils.data import DataLoader
 
 from mmdet.registry import HOOKS
+from mmsafe.datasets.loader import (DEFAULT_PREFETCH, PICKLING_START_METHODS,
+                                    budget_bytes, diagnose_loader,
+                                    inflight_bytes, local_processes,
+                                    rebuild_loader, start_method,
+                                    workers_that_fit)
+from mmsafe.datasets.walk import is_paired_dataset
+from mmsafe.engine.loop_loader import replace_loop_loader
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
-from . import _loader_utils as lu
 
 POLICIES = ('auto', 'always', 'off')
-
-
-def _unwrap(dataset: Any, depth: int = 0) -> Any:
-    """The innermost dataset of (nested) dataset wrappers."""
-    if depth > 8:
-        return dataset
-    inner = getattr(dataset, 'dataset', None)
-    if inner is None and getattr(dataset, 'datasets', None):
-        inner = dataset.datasets[0]
-    return dataset if inner is None else _unwrap(inner, depth + 1)
-
-
-def is_paired_dataset(dataset: Any) -> bool:
-    """Whether a dataset yields visible + infrared pairs (mmsafe's
-    ``ir_img_path`` contract, or a class named ``*Pair*``)."""
-    for ds in (dataset, _unwrap(dataset)):
-        if 'pair' in type(ds).__name__.lower():
-            return True
-        get_info = getattr(ds, 'get_data_info', None)
-        if get_info is None:
-            continue
-        try:
-            info = get_info(0)
-        except Exception:  # noqa: BLE001  (an empty or lazy dataset)
-            continue
-        if isinstance(info, dict) and ('ir_img_path' in info
-                                       or 'ir_img' in info):
-            return True
-    return False
 
 
 @HOOKS.register_module()
@@ -135,7 +106,6 @@ class DataLoaderProbeHook(Hook):
                                             capped=0, memory_warnings=0,
                                             leaked_workers=0)
 
-    # ------------------------------------------------------------ hooks --
     def before_train(self, runner) -> None:
         self._maybe_probe(runner, 'train', runner.train_loop)
 
@@ -145,8 +115,8 @@ class DataLoaderProbeHook(Hook):
     def before_test(self, runner) -> None:
         self._maybe_probe(runner, 'test', runner.test_loop)
 
-    # --------------------------------------------------------- internals --
     def _maybe_probe(self, runner, name: str, loop: Any) -> None:
+        """Probe each named loader once, before its loop's first batch."""
         if self.policy == 'off' or name not in self.loaders or \
                 name in self._done or loop is None:
             return
@@ -154,107 +124,67 @@ class DataLoaderProbeHook(Hook):
         loader = getattr(loop, 'dataloader', None)
         if not isinstance(loader, DataLoader) or loader.num_workers == 0:
             return
-        # Training must find every random stream (and with it the worker
-        # seeds that the next epoch's iterator draws) as if no probe ran.
+        # Training finds every random stream (and with it the worker seeds
+        # that the next epoch's iterator draws) as if no probe ran.
         with preserved_rng_state():
             self._probe(runner, name, loop, loader)
 
     def _probe(self, runner, name: str, loop: Any,
                loader: DataLoader) -> None:
-        method = lu.start_method(loader)
-        pickles = method in lu.PICKLING_START_METHODS
+        method = start_method(loader)
         paired = self.paired if self.paired is not None else \
             is_paired_dataset(loader.dataset)
-        strict = self.policy == 'always' or (pickles and paired)
         settings = (f'num_workers={loader.num_workers}, persistent_workers='
                     f'{loader.persistent_workers}, prefetch_factor='
                     f'{loader.prefetch_factor}, start method {method!r}'
                     f'{", paired data" if paired else ""}')
         self._counts['probed'] += 1
-        start = time.monotonic()
-
-        if lu.is_iterable_dataset(loader):
-            self._inconclusive(runner, name, loop, loader, strict, settings,
-                               'an IterableDataset cannot be probed')
-            return
-
-        for part, obj in (('dataset', loader.dataset),
-                          ('collate_fn', loader.collate_fn),
-                          ('worker_init_fn', loader.worker_init_fn)):
-            found = lu.find_unpicklable(obj, part)
-            if found is None:
-                continue
-            path, what, error = found
-            if pickles:
-                cause = (f'{path} cannot be pickled for {method}-started '
-                         f'workers: {what} ({error}). Replace it with a '
-                         'module-level function or class')
-                self._fallback(runner, name, loop, loader, settings, cause,
-                               time.monotonic() - start)
+        found = diagnose_loader(
+            loader, self.timeout,
+            on_warning=lambda text: log(f'DataLoaderProbeHook: the {name} '
+                                        f'loader {text}', logging.WARNING),
+            on_leak=lambda pids: self._check_leak(runner, name, pids))
+        if found.verdict == 'fail':
+            self._fallback(runner, name, loop, settings, found.cause,
+                           found.seconds)
+        elif found.verdict == 'not_probed':
+            strict = self.policy == 'always' or (
+                paired and method in PICKLING_START_METHODS)
+            if strict:
+                self._fallback(runner, name, loop, settings,
+                               f'{found.cause}, and workers are kept only '
+                               'when the probe passes here', 0.0)
                 return
-            log(f'DataLoaderProbeHook: the {name} loader works here with '
-                f'{method!r} workers, but {path} ({what}) cannot be pickled, '
-                'so it would fail under spawn (Windows, macOS) or '
-                f'forkserver: {error}', logging.WARNING)
-            break
+            log(f'DataLoaderProbeHook: the {name} loader was not probed '
+                f'({found.cause}); keeping {settings}.', logging.WARNING)
+            write_event(runner.work_dir, 'dataloader_probe', loader=name,
+                        result='not_probed', reason=found.cause)
+            self._publish(name, 'not_probed', 0.0, None)
+        else:
+            self._passed(runner, name, loop, loader, settings, found)
 
-        try:
-            result = lu.probe_fetch(loader, self.timeout)
-        except Exception as e:  # noqa: BLE001  (the probe itself failed)
-            self._inconclusive(runner, name, loop, loader, strict, settings,
-                               f'the probe could not run: '
-                               f'{type(e).__name__}: {e}')
-            return
-        self._check_leak(runner, name, result['alive_after'])
-        if not result['ok']:
-            cause = result['error']
-            if result['exception'] is not None:
-                # A dataset that fails without workers too is broken: the
-                # user must see that error, not a fallback.
-                lu.fetch_in_process(loader)
-                cause = (f'its workers failed ({cause}) while the same batch '
-                         'loads without workers')
-            elif result['timed_out']:
-                cause = ('its workers did not deliver the first batches '
-                         f'within the probe deadline of {self.timeout:g} s; '
-                         'they were killed')
-            self._fallback(runner, name, loop, loader, settings, cause,
-                           result['seconds'])
-            return
-
+    def _passed(self, runner, name, loop, loader, settings, found) -> None:
         self._counts['passed'] += 1
-        batch_bytes = lu.nbytes(result['batch'])
-        result['batch'] = None
-        inflight = self._inflight_bytes(loader, batch_bytes)
+        inflight = inflight_bytes(loader.num_workers, loader.prefetch_factor,
+                                  found.batch_bytes)
         log(f'DataLoaderProbeHook: the {name} loader passed ({settings}): '
-            f'first batches in {result["seconds"]:.1f} s, about '
-            f'{batch_bytes / 2**20:.1f} MiB per batch, '
+            f'first batches in {found.seconds:.1f} s, about '
+            f'{found.batch_bytes / 2**20:.1f} MiB per batch, '
             f'{inflight / 2**20:.1f} MiB in flight on this machine.')
         write_event(runner.work_dir, 'dataloader_probe', loader=name,
-                    result='pass', seconds=round(result['seconds'], 3),
-                    batch_bytes=batch_bytes, inflight_bytes=inflight,
-                    workers=loader.num_workers, start_method=method,
-                    leaked_workers=len(result['alive_after']))
-        self._publish(name, 'pass', result['seconds'], inflight)
-        self._check_memory(runner, name, loop, loader, batch_bytes, inflight)
+                    result='pass', seconds=round(found.seconds, 3),
+                    batch_bytes=found.batch_bytes, inflight_bytes=inflight,
+                    workers=loader.num_workers,
+                    start_method=start_method(loader),
+                    leaked_workers=len(found.leaked))
+        self._publish(name, 'pass', found.seconds, inflight)
+        self._check_memory(runner, name, loop, loader, found.batch_bytes,
+                           inflight)
 
-    def _inconclusive(self, runner, name, loop, loader, strict, settings,
-                      reason: str) -> None:
-        if strict:
-            self._fallback(runner, name, loop, loader, settings,
-                           f'{reason}, and workers are kept only when the '
-                           'probe passes here', 0.0)
-            return
-        log(f'DataLoaderProbeHook: the {name} loader was not probed '
-            f'({reason}); keeping {settings}.', logging.WARNING)
-        write_event(runner.work_dir, 'dataloader_probe', loader=name,
-                    result='not_probed', reason=reason)
-        self._publish(name, 'not_probed', 0.0, None)
-
-    def _fallback(self, runner, name, loop, loader, settings, cause: str,
+    def _fallback(self, runner, name, loop, settings, cause: str,
                   seconds: float) -> None:
-        new_loader = lu.rebuild_loader(loader, num_workers=0)
-        alive = lu.replace_loop_loader(loop, new_loader)
+        new_loader = rebuild_loader(loop.dataloader, num_workers=0)
+        alive = replace_loop_loader(loop, new_loader)
         self._check_leak(runner, name, alive)
         self._counts['fallbacks'] += 1
         key = f'{name}_dataloader'
@@ -274,7 +204,7 @@ class DataLoaderProbeHook(Hook):
                     settings=settings, leaked_workers=len(alive))
         self._publish(name, 'fallback', seconds, None)
 
-    def _check_leak(self, runner, name: str, alive) -> None:
+    def _check_leak(self, runner, name: str, alive: List[int]) -> None:
         if not alive:
             return
         self._counts['leaked_workers'] += len(alive)
@@ -283,37 +213,19 @@ class DataLoaderProbeHook(Hook):
         write_event(runner.work_dir, 'dataloader_leak', loader=name,
                     pids=list(alive))
 
-    @staticmethod
-    def _local_processes() -> int:
-        return max(1, int(os.environ.get('LOCAL_WORLD_SIZE', '1') or 1))
-
-    def _inflight_bytes(self, loader: DataLoader, batch_bytes: int) -> int:
-        prefetch = loader.prefetch_factor or 2
-        return (self._local_processes() * loader.num_workers * prefetch *
-                batch_bytes)
-
-    def _budget_bytes(self) -> Optional[int]:
-        if self.memory_budget_mb is not None:
-            return int(self.memory_budget_mb * 2**20)
-        available = lu.available_memory()
-        if available is None:
-            return None
-        return int(available * self.memory_fraction)
-
     def _check_memory(self, runner, name, loop, loader: DataLoader,
                       batch_bytes: int, inflight: int) -> None:
-        budget = self._budget_bytes()
+        budget = budget_bytes(self.memory_budget_mb, self.memory_fraction)
         if budget is None or batch_bytes == 0 or inflight <= budget:
             return
-        prefetch = loader.prefetch_factor or 2
-        per_worker = self._local_processes() * prefetch * batch_bytes
-        fits = max(1, math.floor(budget / per_worker))
+        prefetch = loader.prefetch_factor or DEFAULT_PREFETCH
+        fits = workers_that_fit(budget, loader.prefetch_factor, batch_bytes)
         key = f'{name}_dataloader'
         self._counts['memory_warnings'] += 1
         message = (
             f'DataLoaderProbeHook: the {name} loader keeps about '
             f'{inflight / 2**20:.1f} MiB of batches in flight '
-            f'({self._local_processes()} process(es) x {loader.num_workers} '
+            f'({local_processes()} process(es) x {loader.num_workers} '
             f'workers x prefetch_factor {prefetch} x '
             f'{batch_bytes / 2**20:.2f} MiB per batch, estimated from the '
             f'first batch), over the budget of {budget / 2**20:.1f} MiB. '
@@ -325,11 +237,10 @@ class DataLoaderProbeHook(Hook):
         if not self.cap_workers or fits >= loader.num_workers:
             log(message, logging.WARNING)
             return
-        new_loader = lu.rebuild_loader(
+        new_loader = rebuild_loader(
             loader, num_workers=fits, prefetch_factor=loader.prefetch_factor,
             persistent_workers=loader.persistent_workers)
-        self._check_leak(runner, name, lu.replace_loop_loader(loop,
-                                                              new_loader))
+        self._check_leak(runner, name, replace_loop_loader(loop, new_loader))
         self._counts['capped'] += 1
         log(message + f' Capped to {fits} worker(s) (cap_workers=True).',
             logging.WARNING)

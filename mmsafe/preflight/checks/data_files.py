@@ -9,29 +9,21 @@ list (``ann_file``); ``full_index=True`` (``--full-index``) builds the whole
 index as training does (LLVIP: 12,025 xml files, 5-15 s).
 """
 import copy
-import os
 import os.path as osp
 import tempfile
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ..context import PreflightContext, first_line, leaf_datasets
+from mmsafe.datasets.loader.memory import nbytes
+from mmsafe.datasets.walk import config_leaves
+from ..context import PreflightContext, first_line
+from ..data_sample import (is_remote, join_root, sample_indices,
+                           sampled_config)
 from ..report import CheckRow
 
 NAME = 'data'
 # keys of a data info that name image files of a sample
 IMAGE_KEYS = ('img_path', 'ir_img_path')
-
-
-def _join(root: Optional[str], path: str) -> str:
-    if root and not osp.isabs(path) and '://' not in path:
-        return osp.join(root, path)
-    return path
-
-
-def _remote(path: str, dataset_cfg: Dict) -> bool:
-    backend = (dataset_cfg.get('backend_args') or {}).get('backend', 'local')
-    return '://' in str(path) or backend not in ('local', 'disk')
 
 
 def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
@@ -40,7 +32,7 @@ def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
     rows: List[CheckRow] = []
     root = cfg.get('data_root', None)
     synthetic = cfg.get('synthetic', None)
-    if root and not _remote(root, cfg) and not osp.isdir(root):
+    if root and not is_remote(root, cfg) and not osp.isdir(root):
         if synthetic is not None:
             rows.append(CheckRow(
                 'info', NAME, f'data_root {root!r} does not exist yet: the '
@@ -54,8 +46,9 @@ def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
                 f'--cfg-options {path}.data_root=/path/to/data'))
         return rows, False
     ann_file = cfg.get('ann_file', None)
-    if isinstance(ann_file, str) and ann_file and not _remote(ann_file, cfg):
-        full = _join(root, ann_file)
+    if isinstance(ann_file, str) and ann_file and \
+            not is_remote(ann_file, cfg):
+        full = join_root(root, ann_file)
         if not osp.isfile(full):
             rows.append(CheckRow(
                 'error', NAME, f'Annotation file {full!r} does not exist.',
@@ -65,9 +58,9 @@ def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
     prefix = cfg.get('data_prefix', None)
     if isinstance(prefix, dict):
         for key, sub in prefix.items():
-            if not isinstance(sub, str) or not sub or _remote(sub, cfg):
+            if not isinstance(sub, str) or not sub or is_remote(sub, cfg):
                 continue
-            full = _join(root, sub)
+            full = join_root(root, sub)
             if not osp.isdir(full):
                 rows.append(CheckRow(
                     'error', NAME, f'data_prefix[{key!r}] folder {full!r} '
@@ -78,73 +71,6 @@ def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
     return rows, buildable
 
 
-def _per_file_annotations(cls) -> bool:
-    """Datasets whose index reads one annotation file per image."""
-    try:
-        from mmdet.datasets import XMLDataset
-    except ImportError:  # pragma: no cover
-        XMLDataset = ()
-    try:
-        from mmsafe.datasets.llvip import LLVIPDataset
-    except ImportError:  # pragma: no cover
-        LLVIPDataset = ()
-    bases = tuple(c for c in (XMLDataset, LLVIPDataset) if c)
-    return isinstance(cls, type) and bool(bases) and issubclass(cls, bases)
-
-
-def _image_list(leaf: Dict) -> List[str]:
-    """Lines of the leaf's image list: its ann_file, else (LLVIP's folder
-    mode) the file names of its visible image folder."""
-    root = leaf.get('data_root', None)
-    ann_file = leaf.get('ann_file', None)
-    if ann_file:
-        with open(_join(root, ann_file), encoding='utf-8') as f:
-            return [line.strip() for line in f if line.strip()]
-    prefix = (leaf.get('data_prefix', None) or {}).get('img', '')
-    folder = _join(root, prefix) if prefix else root
-    suffixes = tuple(s.lower() for s in leaf.get(
-        'img_suffixes', ('.jpg', '.jpeg', '.png', '.bmp')))
-    return sorted(e.name for e in os.scandir(folder)
-                  if e.is_file() and e.name.lower().endswith(suffixes))
-
-
-def _sampled_cfg(dataset_cfg: Dict, ctx: PreflightContext,
-                 tmpdir: str) -> Tuple[Dict, Optional[int]]:
-    """A copy of ``dataset_cfg`` whose per-file-annotation datasets index
-    only ``ctx.samples`` images; and how many images they list in all
-    (None when nothing was sampled)."""
-    cfg = copy.deepcopy(dataset_cfg)
-    total = [0, False]
-
-    def visit(node):
-        if not isinstance(node, dict):
-            return
-        if isinstance(node.get('dataset', None), dict):
-            visit(node['dataset'])
-            return
-        if isinstance(node.get('datasets', None), (list, tuple)):
-            for item in node['datasets']:
-                visit(item)
-            return
-        cls = node.get('type', None)
-        if isinstance(cls, str):
-            cls = ctx.lookup('DATASETS', cls)
-        if not _per_file_annotations(cls) or _remote(
-                node.get('data_root', '') or '', node):
-            return
-        names = _image_list(node)
-        picked = [names[i] for i in _sample_indices(len(names), ctx.samples)]
-        path = osp.join(tmpdir, f'sample_{len(os.listdir(tmpdir))}.txt')
-        with open(path, 'w', encoding='utf-8') as f:
-            f.write('\n'.join(picked) + '\n')
-        node['ann_file'] = path
-        total[0] += len(names)
-        total[1] = True
-
-    visit(cfg)
-    return cfg, (total[0] if total[1] else None)
-
-
 def _build(dataset_cfg: Dict, ctx: PreflightContext):
     from mmengine.registry import DefaultScope
     with DefaultScope.overwrite_default_scope(ctx.default_scope):
@@ -152,13 +78,6 @@ def _build(dataset_cfg: Dict, ctx: PreflightContext):
         if hasattr(dataset, 'full_init'):
             dataset.full_init()
     return dataset
-
-
-def _sample_indices(length: int, k: int) -> List[int]:
-    if length <= k:
-        return list(range(length))
-    step = (length - 1) / (k - 1) if k > 1 else 0
-    return sorted({int(round(i * step)) for i in range(k)})
 
 
 def _open_image(path: str, backend_args: Optional[dict]):
@@ -185,7 +104,7 @@ def _sample_rows(dataset, where: str, ctx: PreflightContext,
     paired = False
     problems: List[str] = []
     opened = 0
-    indices = _sample_indices(len(dataset), ctx.samples)
+    indices = sample_indices(len(dataset), ctx.samples)
     for idx in indices:
         info = get_info(idx)
         shapes = {}
@@ -225,19 +144,6 @@ def _sample_rows(dataset, where: str, ctx: PreflightContext,
     return rows, paired
 
 
-def _nbytes(obj: Any) -> int:
-    """Bytes of the arrays and tensors in a pipeline output."""
-    if hasattr(obj, 'element_size') and hasattr(obj, 'numel'):
-        return obj.element_size() * obj.numel()
-    if hasattr(obj, 'nbytes') and not isinstance(obj, (str, bytes)):
-        return int(obj.nbytes)
-    if isinstance(obj, dict):
-        return sum(_nbytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_nbytes(v) for v in obj)
-    return 0
-
-
 def _pipeline_rows(dataset, where: str, paired: bool, ctx: PreflightContext,
                    name: str) -> List[CheckRow]:
     """Run one item through the pipeline (transforms and packing)."""
@@ -251,7 +157,7 @@ def _pipeline_rows(dataset, where: str, paired: bool, ctx: PreflightContext,
             'Fix the transform named in the message (run '
             'tools/check_dataset.py CONFIG for the traceback).')]
     seconds = time.perf_counter() - start
-    ctx.state.setdefault('item_bytes', {})[name] = _nbytes(item)
+    ctx.state.setdefault('item_bytes', {})[name] = nbytes(item)
     inputs = item.get('inputs', None) if isinstance(item, dict) else None
     if paired and not (isinstance(inputs, dict) and 'infrared' in inputs):
         return [CheckRow(
@@ -306,7 +212,7 @@ def check_data_files(ctx: PreflightContext) -> Iterator[CheckRow]:
             continue
         seen[key] = name
         buildable = True
-        for leaf_path, leaf in leaf_datasets(dataset_cfg, where):
+        for leaf_path, leaf in config_leaves(dataset_cfg, where):
             rows, ok = _paths_rows(leaf_path, leaf)
             buildable = buildable and ok
             yield from rows
@@ -328,7 +234,7 @@ def _dataset_rows(name: str, dataset_cfg: Dict, ctx: PreflightContext,
     listed = None
     try:
         if not ctx.full_index:
-            dataset_cfg, listed = _sampled_cfg(dataset_cfg, ctx, tmpdir)
+            dataset_cfg, listed = sampled_config(dataset_cfg, ctx, tmpdir)
         dataset = _build(dataset_cfg, ctx)
     except Exception as err:
         yield CheckRow(

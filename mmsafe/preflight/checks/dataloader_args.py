@@ -4,14 +4,15 @@ PyTorch raises on ``persistent_workers=True`` or a ``prefetch_factor`` with
 ``num_workers=0`` only when the loader is built, after the model and dataset.
 Spawn-started workers (Windows always; elsewhere
 ``env_cfg.mp_cfg.mp_start_method='spawn'``) re-import everything and pickle
-the dataset; with paired data and persistent workers this is how the LLVIP
-MACL run froze right after its hooks were set up.
+the dataset; with paired data and persistent workers such workers can stall
+right after the hooks are set up, printing nothing.
 """
 import multiprocessing
 import os
 from typing import Dict, Iterator, Optional
 
-from mmsafe.engine.hooks._loader_utils import available_memory
+from mmsafe.datasets.loader.memory import (DEFAULT_PREFETCH, available_memory,
+                                          local_processes)
 from ..context import PreflightContext
 from ..report import CheckRow
 
@@ -30,12 +31,12 @@ def _memory_rows(ctx: PreflightContext, name: str, loader: Dict,
     available = available_memory()
     if not workers or not item or not available:
         return
-    prefetch = loader.get('prefetch_factor', None) or 2
+    prefetch = loader.get('prefetch_factor', None) or DEFAULT_PREFETCH
     batch = loader.get('batch_size', 1)
     if not isinstance(batch, int) or not isinstance(prefetch, int):
         return
     # every rank of this machine runs its own workers
-    local = int(os.environ.get('LOCAL_WORLD_SIZE', ctx.world_size) or 1)
+    local = local_processes(default=ctx.world_size)
     per_rank = workers * prefetch * batch * item + (
         workers * SPAWN_WORKER_BYTES if method == 'spawn' else 0)
     need = per_rank * local

@@ -1,0 +1,89 @@
+"""Stop DataLoader worker processes, politely first, and say which survive.
+
+Invariant: every function returns the pids that are still alive (not
+zombies) after it ran; an empty list means no worker outlives the call.
+"""
+import multiprocessing
+import os
+import time
+from typing import Any, List
+
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (psutil, /proc, kill 0)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    if os.name == 'nt':
+        # os.kill(pid, 0) would terminate the process on Windows; callers
+        # rely on Process.is_alive there.
+        return False
+    if os.path.exists('/proc'):
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+        except (OSError, IndexError):
+            return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def kill_processes(procs: List[multiprocessing.process.BaseProcess],
+                   grace: float = 1.0) -> List[int]:
+    """Terminate, then kill, the given processes; return pids still alive."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive() and hasattr(p, 'kill'):
+            p.kill()  # a worker that ignores SIGTERM
+    for p in procs:
+        p.join(timeout=grace)
+    return [p.pid for p in procs if p.pid is not None and (
+        p.is_alive() or pid_alive(p.pid))]
+
+
+def shutdown_iterator(it: Any, force: bool = False) -> List[int]:
+    """Shut a DataLoader iterator's workers down; return pids left alive.
+
+    With ``force`` the workers are killed first: a worker that blocks
+    forever never answers the polite shutdown. Their pids are unregistered
+    from torch's SIGCHLD handler beforehand, otherwise killing them raises
+    "DataLoader worker ... is killed by signal" in this process.
+    """
+    if not isinstance(it, _MultiProcessingDataLoaderIter):
+        return []
+    workers = list(getattr(it, '_workers', []))
+    if force:
+        from torch.utils.data import _utils
+        if getattr(it, '_worker_pids_set', False):
+            _utils.signal_handling._remove_worker_pids(id(it))
+            it._worker_pids_set = False
+        kill_processes(workers, grace=0.2)
+    it._shutdown_workers()
+    return kill_processes(workers)
+
+
+def shutdown_loader(loader: DataLoader) -> List[int]:
+    """Shut down the persistent iterator a loader may keep; the loader
+    starts fresh workers on its next ``iter``."""
+    it = getattr(loader, '_iterator', None)
+    if it is None:
+        return []
+    loader._iterator = None
+    return shutdown_iterator(it)

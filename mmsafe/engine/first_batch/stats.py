@@ -1,0 +1,132 @@
+"""Statistics of a preprocessed batch and the flags of broken inputs.
+
+Flags: ``all_zero`` (a modality all zeros after preprocessing),
+``constant`` (a modality constant in an image: a black raw image becomes
+``-mean/std`` after normalisation), ``identical`` / ``near_identical``
+(visible and infrared the same image, or equal up to brightness and
+contrast), and the channel flags of :mod:`.channels`.
+"""
+from typing import Any, Dict, List
+
+import torch
+
+from .batch import as_modalities, make_flag, raw_image, valid_crop
+from .channels import channel_check
+
+
+def _identical_flag(raw_mods: dict, out_mods: dict, i: int, shapes: list,
+                    files: list, identical_corr: float):
+    """The ``identical`` / ``near_identical`` flag of pair ``i``, or None."""
+    rv, ri = raw_image(raw_mods, 'visible', i), raw_image(
+        raw_mods, 'infrared', i)
+    ov = valid_crop(out_mods['visible'], i, shapes[i])
+    oi = valid_crop(out_mods['infrared'], i, shapes[i])
+    if rv is not None and ri is not None and rv.shape == ri.shape and \
+            torch.equal(rv, ri):
+        return make_flag(
+            'identical', 'visible+infrared', i, files,
+            'visible and infrared are the same image (the pipeline '
+            'delivered identical pixels: check ir_img_path / pairing)')
+    if torch.equal(ov, oi):
+        return make_flag(
+            'identical', 'visible+infrared', i, files,
+            'visible and infrared are identical after preprocessing')
+    a = ov.float().mean(0).flatten().double()
+    b = oi.float().mean(0).flatten().double()
+    a, b = a - a.mean(), b - b.mean()
+    denom = float(a.norm() * b.norm())
+    if denom > 0:
+        corr = float((a * b).sum()) / denom
+        if corr >= identical_corr:
+            return make_flag(
+                'near_identical', 'visible+infrared', i, files,
+                f'visible and infrared are the same image up to '
+                f'brightness/contrast (correlation {corr:.5f})')
+    return None
+
+
+def _constant_flags(name: str, crops: list, raw_mods: dict, files: list,
+                    constant_eps: float) -> List[dict]:
+    flags = []
+    for i, crop in enumerate(crops):
+        # per channel: a black image is (0 - mean_c) / std_c
+        per_channel = crop.reshape(crop.shape[0], -1)
+        span = float((per_channel.amax(1) - per_channel.amin(1)).max())
+        if float(crop.abs().max()) == 0:
+            flags.append(make_flag('all_zero', name, i, files,
+                                   f'{name} is all zeros after '
+                                   'preprocessing'))
+        elif span <= constant_eps:
+            raw = raw_image(raw_mods, name, i)
+            black = raw is not None and int(raw.max()) == 0
+            flags.append(make_flag(
+                'constant', name, i, files,
+                f'{name} is constant ({float(crop.flatten()[0]):.4g})' +
+                (' - the loaded image is black (all zeros)'
+                 if black else '')))
+    return flags
+
+
+def analyse_batch(data: dict, output: dict, pre: Any, constant_eps: float,
+                  identical_corr: float, loaded_order: str) -> dict:
+    """Statistics and flags of one batch, before and after ``pre``.
+
+    Args:
+        data (dict): the batch the preprocessor received (raw ``inputs``).
+        output (dict): what it returned (preprocessed ``inputs``,
+            ``data_samples``).
+        pre: the data preprocessor (for its declared settings).
+        constant_eps (float): max - min below which an image is constant.
+        identical_corr (float): grey-image correlation from which visible
+            and infrared count as near-identical.
+        loaded_order (str): channel order the loader produces.
+
+    Returns:
+        dict: ``modalities`` (per modality: range, mean, std, channel
+        means, channel order), ``flags``, ``batch_size``, ``img_shapes``,
+        ``batch_input_shape``, ``boxes_per_image``, ``files``; and ``out``
+        and ``samples`` (the preprocessed tensors and data samples, for the
+        visualizer; not for the event log).
+    """
+    raw_mods = as_modalities(data['inputs'])
+    out_mods = {k: v.detach()
+                for k, v in as_modalities(output['inputs']).items()}
+    samples = list(output.get('data_samples') or [])
+    batch = next(iter(out_mods.values())).shape[0]
+    shapes = [s.metainfo.get('img_shape') for s in samples] or [None] * batch
+    files = [s.metainfo.get('img_path') for s in samples] or [None] * batch
+    flags: List[dict] = []
+    mods: Dict[str, dict] = {}
+    for name, out in out_mods.items():
+        crops = [valid_crop(out, i, shapes[i]) for i in range(batch)]
+        flat = torch.cat([c.reshape(c.shape[0], -1) for c in crops],
+                         1).float()
+        mods[name] = dict(
+            shape=list(out.shape),
+            min=float(flat.min()),
+            max=float(flat.max()),
+            mean=float(flat.mean()),
+            std=float(flat.std()),
+            channel_mean=[round(float(v), 4) for v in flat.mean(1)])
+        flags += _constant_flags(name, crops, raw_mods, files, constant_eps)
+        info, channel_flags = channel_check(name, raw_mods, out, shapes,
+                                            files, pre, loaded_order)
+        mods[name].update(info)
+        flags += channel_flags
+    if 'visible' in out_mods and 'infrared' in out_mods:
+        for i in range(batch):
+            flag = _identical_flag(raw_mods, out_mods, i, shapes, files,
+                                   identical_corr)
+            if flag is not None:
+                flags.append(flag)
+    return dict(
+        modalities=mods,
+        flags=flags,
+        batch_size=batch,
+        img_shapes=[list(s) if s is not None else None for s in shapes],
+        batch_input_shape=list(next(iter(out_mods.values())).shape[-2:]),
+        boxes_per_image=[len(getattr(s, 'gt_instances', []))
+                         for s in samples],
+        files=files,
+        out=out_mods,
+        samples=samples)

@@ -1,0 +1,221 @@
+"""Walk a dataset through its pipeline in a DataLoader with workers and
+collect the audit record of every sample."""
+import os
+import os.path as osp
+import time
+import traceback
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from mmsafe.datasets.walk import resolve_index
+from .checks import (ERROR, WARNING, check_packed, check_raw, class_names,
+                     issue, unpack_result)
+from .report import summarize
+
+
+class PairAuditDataset(Dataset):
+    """Map-style dataset whose item ``i`` is the audit record of sample
+    ``i`` of ``dataset``; run it in a DataLoader to audit with workers.
+
+    Args:
+        dataset: the built dataset (as training builds it).
+        show_indices (Sequence[int]): samples to draw into ``show_dir``.
+        show_dir (str, optional): where to write ``visible | infrared``
+            images with boxes, as the pipeline outputs them.
+        box_tolerance (float): pixels a box may extend beyond the image
+            (VOC's ``minus_one`` makes a box at the border start at -1).
+    """
+
+    def __init__(self,
+                 dataset,
+                 show_indices: Sequence[int] = (),
+                 show_dir: Optional[str] = None,
+                 box_tolerance: float = 1.0,
+                 alignment: bool = True) -> None:
+        self.alignment = alignment
+        self.dataset = dataset
+        self.show_indices = frozenset(show_indices)
+        self.show_dir = show_dir
+        self.box_tolerance = box_tolerance
+        self.class_names = class_names(dataset)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, idx: int) -> dict:
+        owner, local = resolve_index(self.dataset, idx)
+        record = dict(index=idx, issues=[])
+        try:
+            info = owner.get_data_info(local)
+        except Exception as exc:  # noqa: BLE001 - recorded per sample
+            record['issues'].append(issue(
+                'pipeline_error', f'get_data_info({local}) raised '
+                f'{type(exc).__name__}: {exc}', 'dataset',
+                traceback=traceback.format_exc(limit=8)))
+            return record
+        record['img_path'] = info.get('img_path')
+        record['ir_img_path'] = info.get('ir_img_path')
+        num_classes = len(self.class_names)
+        raw = check_raw(info, num_classes, self.box_tolerance)
+        record['issues'] += raw.pop('issues')
+        record.update(raw)
+        if any(i['kind'] in ('missing_image', 'missing_partner',
+                             'unreadable_image') for i in record['issues']):
+            # The pipeline would only fail on the same file again.
+            return record
+        try:
+            if hasattr(owner, 'prepare_data'):
+                result = owner.prepare_data(local)
+            else:
+                result = owner[local]
+        except Exception as exc:  # noqa: BLE001 - recorded per sample
+            record['issues'].append(issue(
+                'pipeline_error', f'{type(exc).__name__}: {exc}', 'pipeline',
+                traceback=traceback.format_exc(limit=8)))
+            return record
+        if result is not None:
+            for found in record['issues']:
+                if found['kind'] == 'size_mismatch':
+                    # the loader resized it (on_size_mismatch='resize')
+                    found['severity'] = WARNING
+                    found['message'] += ' (the pipeline resized it)'
+        packed = check_packed(result, num_classes, self.box_tolerance,
+                              bool(getattr(owner, 'test_mode', False)))
+        record['issues'] += packed.pop('issues')
+        record.update(packed)
+        if self.alignment and result is not None:
+            from ..pair_alignment import audit_alignment
+            record['alignment'], found = audit_alignment(
+                unpack_result(result)[0])
+            record['issues'] += [issue(kind, message, 'alignment')
+                                 for kind, message in found]
+        if idx in self.show_indices and self.show_dir and result is not None:
+            record['shown'] = self._show(idx, result, record)
+        return record
+
+    def show_again(self, idx: int, record: dict,
+                   prefix: str = '') -> Optional[str]:
+        """Run sample ``idx`` through the pipeline again and draw it."""
+        owner, local = resolve_index(self.dataset, idx)
+        result = owner.prepare_data(local) if hasattr(
+            owner, 'prepare_data') else owner[local]
+        if result is None:
+            return None
+        return self._show(idx, result, record, prefix)
+
+    def _show(self, idx: int, result: dict, record: dict,
+              prefix: str = '') -> Optional[str]:
+        import cv2
+        from ..pair_vis import draw_pair
+        mods, sample = unpack_result(result)
+        if mods is None:
+            return None
+        gt = getattr(sample, 'gt_instances', None)
+        ignored = getattr(sample, 'ignored_instances', None)
+        stem = osp.splitext(osp.basename(record.get('img_path') or ''))[0]
+        kinds = sorted({i['kind'] for i in record['issues']})
+        canvas = draw_pair(
+            mods.get('visible'), mods.get('infrared'),
+            getattr(gt, 'bboxes', None), getattr(gt, 'labels', None),
+            self.class_names, getattr(ignored, 'bboxes', None),
+            title=f'#{idx} {stem} ' + ' '.join(kinds))
+        path = osp.join(self.show_dir, f'{prefix}{idx:06d}_{stem}.png')
+        if not cv2.imwrite(path, canvas):
+            raise OSError(f'could not write {path}')
+        return path
+
+
+def _identity(x):
+    return x
+
+
+def _seed_worker(worker_id: int) -> None:
+    import random
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+# ------------------------------------------------------------------- walk
+def audit(dataset,
+          workers: int = 2,
+          show_dir: Optional[str] = None,
+          show: int = 0,
+          box_tolerance: float = 1.0,
+          limit: Optional[int] = None,
+          progress: bool = True,
+          seed: int = 0,
+          findings: Sequence[dict] = (),
+          multiprocessing_context: Optional[str] = None,
+          alignment: bool = True) -> dict:
+    """Walk ``dataset`` through its pipeline and collect every finding.
+
+    Args:
+        dataset: the built dataset.
+        workers (int): DataLoader worker processes (0: in this process).
+        show_dir (str, optional): write side-by-side pairs here.
+        show (int): how many samples (the first ones) to draw.
+        box_tolerance (float): see :class:`PairAuditDataset`.
+        limit (int, optional): audit only the first ``limit`` samples.
+        progress (bool): show a progress bar on stderr.
+        seed (int): seed of the pipeline's random augmentations.
+        findings (Sequence[dict]): dataset-level findings made before the
+            walk (see :func:`build_dataset`).
+        multiprocessing_context (str, optional): worker start method
+            (``'spawn'``, ``'fork'``); the platform default when None.
+        alignment (bool): measure the image-content alignment of every
+            pair (see :mod:`.pair_alignment`); with ``show_dir``, the
+            flagged pairs (up to ``max(show, 20)``) are drawn as
+            ``misaligned_*.png``.
+
+    Returns:
+        dict: the report (see :func:`summarize`).
+    """
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    if show_dir:
+        os.makedirs(show_dir, exist_ok=True)
+    audit_ds = PairAuditDataset(dataset, range(min(show, n)), show_dir,
+                                box_tolerance, alignment)
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    loader = DataLoader(
+        torch.utils.data.Subset(audit_ds, range(n)),
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        collate_fn=_identity,
+        worker_init_fn=_seed_worker,
+        generator=generator,
+        multiprocessing_context=multiprocessing_context if workers else None,
+        prefetch_factor=4 if workers > 0 else None)
+    records = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=n, unit='pair', dynamic_ncols=True,
+                   desc='check_dataset')
+    start = time.perf_counter()
+    errors = 0
+    for record in loader:
+        records.append(record)
+        errors += sum(i['severity'] == ERROR for i in record['issues'])
+        if bar is not None:
+            bar.update(1)
+            if errors:
+                bar.set_postfix(errors=errors, refresh=False)
+    elapsed = time.perf_counter() - start
+    if bar is not None:
+        bar.close()
+    if alignment:
+        from ..pair_alignment import add_unrelated_findings, flagged_records
+        add_unrelated_findings(records, issue)
+        if show_dir:
+            for record in flagged_records(records)[:max(show, 20)]:
+                shown = audit_ds.show_again(record['index'], record,
+                                            prefix='misaligned_')
+                if shown:
+                    record['shown'] = shown
+    return summarize(records, elapsed, workers, dataset, findings)

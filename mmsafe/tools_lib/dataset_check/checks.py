@@ -1,0 +1,233 @@
+"""The checks of one sample: as stored (files, sizes, boxes, labels) and as
+the pipeline delivers it; each finding is an :func:`issue` of a kind in
+:data:`CHECKS`."""
+import os.path as osp
+from collections import OrderedDict
+from typing import List
+
+import numpy as np
+
+
+ERROR = 'error'
+WARNING = 'warning'
+
+# kind -> (severity, what it means). The order is the order of the summary.
+CHECKS = OrderedDict([
+    ('dataset_build', (ERROR, 'the dataset could not be built')),
+    ('unpaired_transform', (ERROR, 'a geometric or mix transform acts on '
+                            'one modality only (pipeline config)')),
+    ('missing_image', (ERROR, 'visible image file does not exist')),
+    ('missing_partner', (ERROR, 'infrared partner image does not exist')),
+    ('no_partner_path', (ERROR, 'sample has no ir_img_path (single-modality '
+                         'sample)')),
+    ('unreadable_image', (ERROR, 'image file exists but cannot be decoded')),
+    ('size_mismatch', (ERROR, 'visible and infrared images differ in size')),
+    ('annotation_size_mismatch', (WARNING, 'annotated width/height differ '
+                                  'from the image file')),
+    ('degenerate_box', (ERROR, 'box with zero or negative width/height')),
+    ('out_of_image_box', (ERROR, 'box outside the image')),
+    ('label_out_of_range', (ERROR, 'label outside [0, num_classes)')),
+    ('pipeline_error', (ERROR, 'the pipeline raised an exception')),
+    ('pipeline_filtered', (WARNING, 'the pipeline returned None (training '
+                           'silently draws another sample)')),
+    ('unexpected_output', (ERROR, 'pipeline output has no inputs / '
+                           'data_samples')),
+    ('pair_shape_mismatch', (ERROR, 'modalities differ in shape after the '
+                             'pipeline')),
+    ('no_valid_instances', (WARNING, 'no valid instances after the pipeline '
+                            '(an empty batch under DDP; see '
+                            'ValidInstanceResampleDataset)')),
+    ('pair_mirrored', (ERROR, 'infrared matches its visible partner only '
+                       'mirrored (image content)')),
+    ('pair_shifted', (ERROR, 'infrared matches its visible partner only '
+                      'shifted (image content)')),
+    ('pair_unrelated', (ERROR, 'infrared shares no structure with its '
+                        'partner, nor do most pairs (other frames)')),
+])
+
+
+def issue(kind: str, message: str, source: str, **fields) -> dict:
+    """One finding about one sample."""
+    severity = CHECKS[kind][0]
+    record = dict(kind=kind, severity=severity, source=source,
+                  message=message)
+    record.update(fields)
+    return record
+
+
+# ---------------------------------------------------------------- datasets
+def class_names(dataset) -> tuple:
+    meta = getattr(dataset, 'metainfo', None) or {}
+    return tuple(meta.get('classes', ()) or ())
+
+
+# ------------------------------------------------------------ image files
+def image_size(path: str):
+    """``(width, height)`` of an image file as the loader will see it, or an
+    error string. Reads only the header with PIL when it can (fast); falls
+    back to a full OpenCV decode so a file PIL cannot parse but OpenCV can
+    is not reported as unreadable."""
+    from PIL import Image
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            try:
+                orientation = im.getexif().get(0x0112, 1)
+            except Exception:  # no/broken EXIF: OpenCV ignores it as well
+                orientation = 1
+        if orientation in (5, 6, 7, 8):  # OpenCV applies EXIF rotation
+            w, h = h, w
+        return (w, h), None
+    except Exception as pil_exc:  # noqa: BLE001 - recorded, not swallowed
+        import cv2
+        img = cv2.imread(path, cv2.IMREAD_COLOR)
+        if img is None:
+            return None, f'{type(pil_exc).__name__}: {pil_exc}'
+        return (img.shape[1], img.shape[0]), None
+
+
+def _box_issues(boxes: np.ndarray, labels: np.ndarray, width: float,
+                height: float, num_classes: int, tol: float, source: str,
+                where: str) -> List[dict]:
+    found = []
+    if len(boxes) == 0:
+        return found
+    bw = boxes[:, 2] - boxes[:, 0]
+    bh = boxes[:, 3] - boxes[:, 1]
+    degenerate = np.where(~((bw > 0) & (bh > 0)))[0]
+    if len(degenerate):
+        found.append(issue(
+            'degenerate_box',
+            f'{len(degenerate)} box(es) with zero/negative size in {where}: '
+            f'{boxes[degenerate[:3]].round(2).tolist()}', source,
+            boxes=boxes[degenerate].round(3).tolist()))
+    outside = np.where((boxes[:, 0] < -tol) | (boxes[:, 1] < -tol)
+                       | (boxes[:, 2] > width + tol)
+                       | (boxes[:, 3] > height + tol))[0]
+    if len(outside):
+        found.append(issue(
+            'out_of_image_box',
+            f'{len(outside)} box(es) outside the {width:g}x{height:g} image '
+            f'in {where}: {boxes[outside[:3]].round(2).tolist()}', source,
+            boxes=boxes[outside].round(3).tolist()))
+    if num_classes > 0 and len(labels):
+        bad = np.where((labels < 0) | (labels >= num_classes))[0]
+        if len(bad):
+            found.append(issue(
+                'label_out_of_range',
+                f'label(s) {sorted(set(labels[bad].tolist()))} outside '
+                f'[0, {num_classes}) in {where}', source,
+                labels=labels[bad].tolist()))
+    return found
+
+
+def check_raw(info: dict, num_classes: int, tol: float) -> dict:
+    """Check the stored files and annotations of one sample."""
+    found, sizes = [], {}
+    for key, missing_kind in (('img_path', 'missing_image'),
+                              ('ir_img_path', 'missing_partner')):
+        path = info.get(key)
+        if path is None:
+            if key == 'ir_img_path':
+                found.append(issue(
+                    'no_partner_path', 'data info has no ir_img_path; '
+                    'training would see one modality only', 'files'))
+            continue
+        if not osp.isfile(path):
+            found.append(issue(missing_kind, f'{key} not found: {path}',
+                               'files', path=path))
+            continue
+        size, error = image_size(path)
+        if size is None:
+            found.append(issue('unreadable_image',
+                               f'{key} cannot be decoded: {path} ({error})',
+                               'files', path=path))
+        else:
+            sizes[key] = size
+    if len(sizes) == 2 and sizes['img_path'] != sizes['ir_img_path']:
+        found.append(issue(
+            'size_mismatch', 'visible {}x{} vs infrared {}x{}'.format(
+                *sizes['img_path'], *sizes['ir_img_path']), 'files'))
+    vis_size = sizes.get('img_path')
+    ann_size = (info.get('width'), info.get('height'))
+    if vis_size and None not in ann_size and tuple(ann_size) != vis_size:
+        found.append(issue(
+            'annotation_size_mismatch', 'annotation says {}x{}, the visible '
+            'image is {}x{}'.format(*ann_size, *vis_size), 'annotation'))
+    width, height = vis_size or ann_size
+    # ignored instances too: a dataset may hide a broken box by marking it
+    # ignore (LLVIPDataset does so for degenerate ones); the data still
+    # needs fixing
+    instances = list(info.get('instances', []) or [])
+    boxes = np.array([i['bbox'] for i in instances if 'bbox' in i],
+                     dtype=np.float64).reshape(-1, 4)
+    labels = np.array([i.get('bbox_label', 0) for i in instances
+                       if 'bbox' in i], dtype=np.int64)
+    if width is not None and height is not None:
+        found += _box_issues(boxes, labels, float(width), float(height),
+                             num_classes, tol, 'annotation', 'annotation')
+    return dict(issues=found, raw_size=vis_size, raw_boxes=len(boxes))
+
+
+def unpack_result(result):
+    """``(modalities, data_sample)`` of a packed pipeline result."""
+    inputs = result.get('inputs') if isinstance(result, dict) else None
+    sample = result.get('data_samples') if isinstance(result, dict) else None
+    if inputs is None or sample is None:
+        return None, None
+    if isinstance(inputs, dict):
+        return dict(inputs), sample
+    return {'visible': inputs}, sample
+
+
+def check_packed(result, num_classes: int, tol: float,
+                 test_mode: bool = False) -> dict:
+    """Check one pipeline output (``PackPairedDetInputs`` or
+    ``PackDetInputs`` format).
+
+    Boxes are checked against ``img_shape``; in test mode against the
+    larger of ``img_shape`` and ``ori_shape``, because test pipelines load
+    the ground truth after the resize so that it stays in the original
+    frame for the metric.
+    """
+    if result is None:
+        return dict(issues=[issue(
+            'pipeline_filtered', 'a transform returned None; in training '
+            'BaseDataset draws another random sample instead', 'pipeline')])
+    mods, sample = unpack_result(result)
+    if mods is None:
+        keys = sorted(result) if isinstance(result, dict) else type(result)
+        return dict(issues=[issue(
+            'unexpected_output', f'pipeline output has keys {keys}, expected '
+            'inputs and data_samples (PackPairedDetInputs)', 'pipeline')])
+    found = []
+    shapes = {k: tuple(v.shape) for k, v in mods.items()}
+    if len({s[-2:] for s in shapes.values()}) > 1:
+        found.append(issue('pair_shape_mismatch',
+                           f'shapes after the pipeline: {shapes}',
+                           'pipeline'))
+    gt = getattr(sample, 'gt_instances', None)
+    boxes = getattr(gt, 'bboxes', None) if gt is not None else None
+    if boxes is not None and hasattr(boxes, 'tensor'):
+        boxes = boxes.tensor
+    boxes = (np.zeros((0, 4)) if boxes is None else
+             np.asarray(boxes.detach().cpu() if hasattr(boxes, 'detach') else
+                        boxes, dtype=np.float64).reshape(-1, 4))
+    labels = getattr(gt, 'labels', None) if gt is not None else None
+    labels = (np.zeros((0, ), np.int64) if labels is None else np.asarray(
+        labels.cpu() if hasattr(labels, 'cpu') else labels, np.int64))
+    meta = sample.metainfo
+    height, width = (meta.get('img_shape') or
+                     next(iter(shapes.values()))[-2:])[:2]
+    if test_mode and meta.get('ori_shape'):
+        height = max(height, meta['ori_shape'][0])
+        width = max(width, meta['ori_shape'][1])
+    if len(boxes) == 0:
+        found.append(issue(
+            'no_valid_instances', 'no ground-truth instance left after the '
+            'pipeline', 'pipeline'))
+    found += _box_issues(boxes, labels, float(width), float(height),
+                         num_classes, tol, 'pipeline',
+                         'the pipeline output')
+    return dict(issues=found, boxes=len(boxes), img_shape=[height, width],
+                shapes=shapes)
