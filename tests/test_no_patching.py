@@ -114,6 +114,20 @@ ALLOWED = {
     # for one extra forward (RNG and buffers restored) and restores it in a
     # ``finally``: the lint's measurement, not a change of the model.
     ('mmsafe/engine/analysis/loss_weight_probe.py', 'module.loss_weight'),
+    # The probe's fallback points the loop at the rebuilt DataLoader through
+    # the loop's two public attributes, before its first batch (invariants
+    # in replace_loop_loader's docstring).
+    ('mmsafe/engine/loop_loader.py', 'loop.dataloader'),
+    ('mmsafe/engine/loop_loader.py', 'loop.dataloader_iterator'),
+    # The probe's own DataLoader copy and iterator (built by mmsafe, never
+    # the loop's): its per-batch wait, and forgetting its iterator.
+    ('mmsafe/datasets/loader/probe.py', 'it._timeout'),
+    ('mmsafe/datasets/loader/probe.py', 'probe._iterator'),
+    # Shutting down a replaced loader's workers: the DataLoader then starts
+    # fresh ones on its next iter(); a killed iterator's pids leave torch's
+    # SIGCHLD watch before the kill.
+    ('mmsafe/datasets/loader/processes.py', 'loader._iterator'),
+    ('mmsafe/datasets/loader/processes.py', 'it._worker_pids_set'),
 }
 
 
