@@ -138,11 +138,12 @@ def test_report_when_resume_fails(tmp_path):
 
 
 def test_no_crash_report_under_stock_runner(tmp_path):
-    """Without runner_type no hook sees the exception: no report, the
-    crash itself is unchanged."""
+    """Under MMEngine's plain Runner no hook sees the exception: no report,
+    the crash itself is unchanged."""
     config = _config(tmp_path, crash_at_iter=5, safety=False)
     work_dir = str(tmp_path / 'work')
-    result = run_train(config, timeout=300, args=['--work-dir', work_dir])
+    result = run_train(config, timeout=300, args=[
+        '--work-dir', work_dir, '--cfg-options', 'runner_type=Runner'])
     assert result.returncode != 0, result
     assert 'ValueError: toy crash at iteration 5' in result.output
     assert not osp.exists(osp.join(work_dir, 'safety_report.json'))

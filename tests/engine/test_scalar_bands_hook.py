@@ -61,7 +61,7 @@ def test_nan_on_one_rank_stops_every_rank_cleanly():
     # SafeRunner ended the run after the StopTraining of both ranks: their
     # after_run hooks ran (the safety report of a finished run, from both).
     checkpoint = osp.join(work_dir, 'band_stop_iter_5.pth')
-    assert re.search(r'training stopped: .*train/loss_cls=nan .*'
+    assert re.search(r'training stopped by a hook: .*train/loss_cls=nan .*'
                      + re.escape(f'(saved {checkpoint})'), result.output), \
         why(result)
     assert 'Epoch(train) [3]' not in result.output
@@ -113,17 +113,22 @@ def test_validation_band_stops_iteration_loop():
 
 
 def test_stop_under_stock_runner_ends_with_its_message():
-    """Without runner_type, StopTraining is raised on every rank at the
-    same iteration: both ranks end with its message, nothing hangs."""
+    """With MMEngine's plain Runner (runner_type='Runner'; on CPU it runs a
+    single process), the StopTraining raised mid-epoch ends the run with
+    its message and a non-zero exit, after the stop checkpoint."""
     tmp = tempfile.mkdtemp()
-    cfg = _nan_on_rank1_config(tmp, 'stock', '')
-    result = run_train(cfg, nproc=2, timeout=400)
+    cfg = toy_config(
+        tmp, 'stock', BANDS, model='nan_at_iter=3, nan_rank=0',
+        max_epochs=3, optim_extra=", type='NaNSkipOptimWrapper', "
+        'clip_grad=dict(max_norm=1e6)', extra="runner_type = 'Runner'")
+    result = run_train(cfg, nproc=1, timeout=400)
     assert not result.timed_out, why(result)
     assert result.returncode != 0, why(result)
     work_dir = osp.join(tmp, 'stock')
-    assert {e['rank'] for e in events(work_dir, 'band_stop')} == {0, 1}
-    assert osp.exists(osp.join(work_dir, 'band_stop_iter_5.pth'))
-    # The first rank to raise ends the job (the launcher stops the other).
+    stops = events(work_dir, 'band_stop')
+    assert [e['rank'] for e in stops] == [0], stops
+    assert osp.exists(osp.join(work_dir, stops[0]['checkpoint'])), stops
     assert re.search(r'StopTraining: \[mmsafe\] training stopped: .*'
                      r'train/loss_cls=nan', result.output), why(result)
-    assert 'Epoch(train) [3]' not in result.output
+    assert 'SafeRunner' not in result.output, why(result)
+    assert 'Epoch(train) [2]' not in result.output

@@ -158,30 +158,31 @@ class SafeRunner(Runner):
 
     # ------------------------------------------------------ run control --
     def train(self) -> nn.Module:
-        try:
-            return super().train()
-        except StopTraining as stop:
-            saved = f' (saved {stop.checkpoint})' if stop.checkpoint else ''
-            log(f'training stopped by a hook: {stop.reason}{saved}; ending '
-                'the run (after_train and after_run hooks run).',
-                logging.WARNING)
-            self.call_hook('after_train')
-            self.call_hook('after_run')
-            return self.model
-        except BaseException as exc:
-            self._report_crash(exc)
-            raise
+        with self._crash_reported():
+            try:
+                return super().train()
+            except StopTraining as stop:
+                saved = (f' (saved {stop.checkpoint})'
+                         if stop.checkpoint else '')
+                log(f'training stopped by a hook: {stop.reason}{saved}; '
+                    'ending the run (after_train and after_run hooks run).',
+                    logging.WARNING)
+                self.call_hook('after_train')
+                self.call_hook('after_run')
+                return self.model
 
     def val(self) -> dict:
-        try:
+        with self._crash_reported():
             return super().val()
-        except BaseException as exc:
-            self._report_crash(exc)
-            raise
 
     def test(self) -> dict:
-        try:
+        with self._crash_reported():
             return super().test()
+
+    @contextlib.contextmanager
+    def _crash_reported(self) -> Iterator[None]:
+        try:
+            yield
         except BaseException as exc:
             self._report_crash(exc)
             raise
