@@ -356,27 +356,6 @@ def test_control_without_the_guard_nan_spreads_to_every_rank():
     assert math.isfinite(sums[2]) and math.isnan(sums[3])
 
 
-def test_amp_cpu_runs_mmcv_roi_align_and_nms():
-    """mmcv's CPU kernels take float32 only: under CPU autocast the AMP
-    wrapper makes them run in float32 and hands back the caller's dtype."""
-    from mmcv.ops import RoIAlign, nms
-    make(AmpNaNSkipOptimWrapper)  # installs the float32 CPU ops
-    feats = torch.rand(1, 4, 16, 16, dtype=torch.bfloat16,
-                       requires_grad=True)
-    rois = torch.tensor([[0., 1., 1., 9., 9.]], dtype=torch.bfloat16)
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        out = RoIAlign((2, 2), spatial_scale=1.0, sampling_ratio=2)(feats,
-                                                                    rois)
-        boxes = torch.tensor([[0., 0., 4., 4.], [0., 0., 4., 4.2],
-                              [8., 8., 9., 9.]], dtype=torch.bfloat16)
-        scores = torch.tensor([0.9, 0.8, 0.7], dtype=torch.bfloat16)
-        _, keep = nms(boxes, scores, iou_threshold=0.5)
-    assert out.dtype == torch.bfloat16 and out.shape == (1, 4, 2, 2)
-    out.float().sum().backward()
-    assert feats.grad.dtype == torch.bfloat16 and feats.grad.abs().sum() > 0
-    assert keep.tolist() == [0, 2]
-
-
 @pytest.mark.parametrize('clip_grad', [
     dict(max_norm=0.05, norm_type=2), dict(max_norm=0.05, norm_type=1),
     dict(type='value', clip_value=0.01)])
