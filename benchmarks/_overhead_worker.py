@@ -18,8 +18,8 @@ from benchmarks._common import DEMO_CONFIG, SAFETY_RUNTIME  # noqa: E402
 # registers GatedIterLoop (Runner.from_cfg does not apply custom_imports)
 import benchmarks.gated_loop  # noqa: E402,F401
 
-#: Guards that the safety fragment does not list, with settings from the
-#: LLVIP notes (docs: CONTEXT.md, incident 4). Warnings only.
+#: Guards that the safety fragment does not list, with the LLVIP recipe's
+#: settings. Warnings only.
 EXTRA_GUARDS = [
     dict(type='ScalarBandsHook', bands=[
         dict(key='loss', finite=True),

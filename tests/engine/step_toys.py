@@ -67,8 +67,8 @@ class StepToyDataset(Dataset):
 @MODELS.register_module()
 class StepToyDetector(BaseModel):
     """A detector-shaped toy whose loss drops ``loss_bbox`` (and with it the
-    ``bbox_head`` parameters) when the batch has no GT, like the model in
-    the incident that froze DDP."""
+    ``bbox_head`` parameters) when the batch has no GT: the parameters it
+    leaves out of the graph would make DDP wait for their gradients."""
 
     def __init__(self, data_preprocessor: Optional[dict] = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor)
