@@ -184,3 +184,21 @@ def test_no_foreign_attribute_is_reassigned():
                 found.append(f'{rel}:{line}: {target}')
     assert not found, 'attributes of foreign objects reassigned:\n' + \
         textwrap.indent('\n'.join(found), '  ')
+
+
+def test_no_reference_to_files_outside_the_repository():
+    """Code, configs and docs stand alone: no file of the repository points
+    at design notes kept outside it."""
+    outside = ['CONTEXT' + '.md', 'DESIGN' + '.md', '../' + 'shared/']
+    files = subprocess.run(['git', 'ls-files'], cwd=REPO_ROOT,
+                           capture_output=True, text=True,
+                           check=True).stdout.split()
+    found = []
+    for rel in files:
+        path = pathlib.Path(REPO_ROOT) / rel
+        if not path.is_file() or path.suffix not in (
+                '.py', '.md', '.sh', '.bat', '.txt', '.cfg', '.toml', ''):
+            continue
+        text = path.read_text(errors='replace')
+        found += [f'{rel}: {name}' for name in outside if name in text]
+    assert not found, found
