@@ -11,8 +11,8 @@ masks, segmentation maps and the homography are left to the resize itself).
 :func:`chw_tensor` turns an ``H x W x C`` image into the ``C x H x W``
 tensor :class:`mmdet.datasets.transforms.PackDetInputs` makes, with
 OpenCV's channel split instead of a strided transpose; a flipped view
-(``mmcv.imflip`` returns ``np.flip`` views) is unflipped by OpenCV rather
-than copied element by element by numpy.
+(``mmcv.imflip`` returns ``np.flip`` views) is split from the array under
+it and its planes flipped in place by OpenCV.
 
 Invariant: the pixels, dtype, shape and C-contiguity of every output are
 those of the general path (tested against it); only arrays that OpenCV
@@ -96,19 +96,24 @@ def _split_planes(img: np.ndarray) -> Optional[np.ndarray]:
     via OpenCV, or None when OpenCV would not give it exactly."""
     if img.ndim != 3 or not _cv2_exact(img) or img.size == 0:
         return None
+    code = None
     if not img.flags.c_contiguous:
         flipped = _unflipped(img)
         if flipped is None:
             return None
-        img = cv2.flip(*flipped)
+        img, code = flipped  # split the unflipped array, flip the planes
     h, w, c = img.shape
     chw = np.empty((c, h, w), img.dtype)
     planes = list(chw)
-    # OpenCV writes each channel into the plane given for it when the plane
-    # has the channel's size and type, else it allocates new ones
+    # OpenCV writes into the arrays given for its outputs when they have
+    # the output's size and type (and returns them), else it allocates
     got = cv2.split(img, planes)
     if len(got) != c or any(g is not p for g, p in zip(got, planes)):
         return None
+    if code is not None:
+        for plane in planes:
+            if cv2.flip(plane, code, plane) is not plane:
+                return None
     return chw
 
 
