@@ -100,7 +100,8 @@ def apply_paired(
     # a reduced decode is folded into the first step that resizes
     decode = pending_decode(results)
     img = results.get('img')
-    if replay is not None and img is not None and \
+    if replay is not None and isinstance(img, np.ndarray) and \
+            isinstance(ir_img, np.ndarray) and \
             'mix_results' not in results and \
             img.shape[:2] == ir_img.shape[:2]:
         return _replayed(transform, replay, results, ir_img, decode, name)
