@@ -28,6 +28,11 @@ the medians is reported.
     python benchmarks/data_loading.py
     python benchmarks/data_loading.py --rounds 2 --batches 20 --large 100
     python benchmarks/data_loading.py --large 0 --rounds 0 --decode 40
+
+``--stages`` adds, per JPEG quality, the milliseconds per pair of each
+transform of that pipeline (full and reduced decode, median over the
+passes, the transforms timed one by one as the dataset's pipeline runs
+them): where the time of a pair goes.
 """
 import argparse
 import copy
@@ -96,6 +101,35 @@ LLVIP_BASE = osp.join(REPO_ROOT, 'configs', '_base_', 'datasets',
                       'llvip.py')
 
 
+def stage_pass(dataset) -> dict:
+    """Seconds per pair of each transform of ``dataset``'s pipeline over
+    one pass (the transforms called in turn, as the pipeline calls them)."""
+    transforms = dataset.pipeline.transforms
+    spent = [0.0] * len(transforms)
+    for i in range(len(dataset)):
+        data = dataset.get_data_info(i)
+        for k, t in enumerate(transforms):
+            start = time.perf_counter()
+            data = t(data)
+            spent[k] += time.perf_counter() - start
+    return {f'{k} {type(t).__name__}': s / len(dataset)
+            for k, (t, s) in enumerate(zip(transforms, spent))}
+
+
+def print_stages(sets: dict, rounds: int) -> None:
+    """Median ms per pair of each transform, full and reduced decode."""
+    passes = {False: [], True: []}
+    for r in range(rounds):
+        for reduced in ((False, True) if r % 2 == 0 else (True, False)):
+            passes[reduced].append(stage_pass(sets[reduced]))
+    print('per transform, ms per pair (median of the passes): '
+          'full decode | reduced decode')
+    for name in passes[False][0]:
+        full = median([p[name] for p in passes[False]]) * 1e3
+        reduced = median([p[name] for p in passes[True]]) * 1e3
+        print(f'  {name}: {full:.2f} | {reduced:.2f}')
+
+
 def decode_pass(dataset) -> float:
     """Paired samples/s of one pass over ``dataset`` in this process."""
     start = time.perf_counter()
@@ -134,7 +168,7 @@ def bits_per_pixel(root: str, size) -> float:
 
 
 def measure_decode(num: int, size, rounds: int, data_dir: str,
-                   qualities) -> None:
+                   qualities, stages: bool = False) -> None:
     """Full vs reduced decoding through the LLVIP recipe's pipeline."""
     import cv2
     from mmengine.config import Config
@@ -189,6 +223,8 @@ def measure_decode(num: int, size, rounds: int, data_dir: str,
                 print(f'{what}: full decode {full:.1f}, reduced decode '
                       f'{reduced:.1f} pairs/s per worker; reduced/full: '
                       f'{reduced / full:.2f}x')
+                if stages and not stage:
+                    print_stages(sets, rounds)
             codec = decoder_rates(root, scale, rounds)
             print(f'OpenCV alone: decode + resize {codec[0]:.1f}, reduced '
                   f'decode {codec[1]:.1f} images/s; reduced/full: '
@@ -249,6 +285,9 @@ def main() -> None:
     parser.add_argument('--decode-quality', type=int, nargs='+',
                         default=(92, 75),
                         help='JPEG qualities of the decode comparison')
+    parser.add_argument('--stages', action='store_true',
+                        help='also time each transform of the decode '
+                        'comparison\'s pipeline (ms per pair)')
     args = parser.parse_args()
     os.chdir(REPO_ROOT)  # the demo's data_root is relative to the repo
     os.environ.setdefault('OMP_NUM_THREADS', '1')
@@ -283,7 +322,7 @@ def main() -> None:
                 args.workers, args.rounds, args.batches)
     if args.decode > 0:
         measure_decode(args.decode, args.decode_size, args.decode_rounds,
-                       args.data_dir, args.decode_quality)
+                       args.data_dir, args.decode_quality, args.stages)
     print(f'\nuptime after: {uptime()}')
 
 

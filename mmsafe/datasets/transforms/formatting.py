@@ -1,23 +1,20 @@
 """Pack a visible + infrared sample for the data preprocessor."""
 import numpy as np
 import torch
-from mmcv.transforms import to_tensor
 
 from mmdet.datasets.transforms import PackDetInputs
 from mmdet.registry import TRANSFORMS
 from .geometry import divergence
+from .same_size import chw_tensor
 
 PAIRED_META_KEYS = ('img_id', 'img_path', 'ir_img_path', 'ori_shape',
                     'img_shape', 'scale_factor', 'flip', 'flip_direction')
 
 
 def image_to_tensor(img: np.ndarray) -> torch.Tensor:
-    """H x W (x C) array -> C x H x W tensor (dtype kept), as PackDetInputs."""
-    if img.ndim < 3:
-        img = np.expand_dims(img, -1)
-    if not img.flags.c_contiguous:
-        return to_tensor(np.ascontiguousarray(img.transpose(2, 0, 1)))
-    return to_tensor(img).permute(2, 0, 1).contiguous()
+    """H x W (x C) array -> C x H x W tensor (dtype kept), as PackDetInputs
+    packs ``img`` (see :func:`.same_size.chw_tensor`)."""
+    return chw_tensor(img)
 
 
 @TRANSFORMS.register_module()
@@ -31,7 +28,9 @@ class PackPairedDetInputs(PackDetInputs):
 
     ``gt_instances`` / ``ignored_instances`` and the meta keys are packed as
     PackDetInputs does; the default meta keys add ``ir_img_path``. The
-    tensors keep the images' dtype (uint8 from LoadPairedImageFromFile).
+    tensors keep the images' dtype (uint8 from LoadPairedImageFromFile);
+    both are the tensor PackDetInputs makes of an image, converted by
+    :func:`image_to_tensor`.
 
     A sample whose two images differ in size, or whose recorded visible and
     infrared geometries differ (see :mod:`.geometry`), is refused with a
@@ -63,7 +62,18 @@ class PackPairedDetInputs(PackDetInputs):
                 f'{diverged}. A geometric transform was applied to one '
                 'modality only; use the Paired* transforms (or '
                 'PairedGeometric) for every geometric step.')
-        packed = super().transform(results)
+        if 'img' in self.meta_keys:
+            packed = super().transform(results)
+            visible = packed['inputs']
+        else:
+            # the annotations and meta keys as PackDetInputs packs them;
+            # the image converted here
+            img = results.pop('img')
+            try:
+                packed = super().transform(results)
+            finally:
+                results['img'] = img
+            visible = image_to_tensor(img)
         packed['inputs'] = dict(
-            visible=packed['inputs'], infrared=image_to_tensor(ir_img))
+            visible=visible, infrared=image_to_tensor(ir_img))
         return packed

@@ -19,11 +19,21 @@ recorded geometry (``homography_matrix``, ``scale_factor``, ``flip``,
 equal, else the transform is not pairable (for example its random draws
 depend on pixel values) and an error names it. What the step did is then
 recorded as the geometry of both modalities (see :mod:`.geometry`).
+
+``PairedResize`` and ``PairedRandomFlip`` replay instead: what they do to
+an image follows from the visible run's record alone (the output
+``scale``; ``flip`` and ``flip_direction``), so the infrared image is
+resized or flipped from that record with the very call the infrared run
+would make, without a second run over copied annotations. Same images,
+same random state afterwards (one draw, as the rewound second run leaves
+it); a sample whose two images differ in size, or that mixes samples in,
+takes the two runs.
 """
 import copy
 import random
 from typing import Callable, Optional
 
+import mmcv
 import numpy as np
 import torch
 from mmcv.transforms import BaseTransform
@@ -35,6 +45,7 @@ from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
 from mmdet.registry import TRANSFORMS
 from .geometry import record_step, visible_geometry
 from .reduced_decode import fold_decode, pending_decode
+from .same_size import SameSizeResizeMixin
 
 #: result keys that describe the geometry; they must agree between the runs
 GEOMETRY_KEYS = ('img_shape', 'scale', 'scale_factor', 'keep_ratio', 'flip',
@@ -57,8 +68,12 @@ def _same_rng_state(a, b) -> bool:
     return a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:]
 
 
-def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
-                 name: str) -> Optional[dict]:
+def apply_paired(
+        transform: Callable[[dict], Optional[dict]],
+        results: dict,
+        name: str,
+        replay: Optional[Callable[[dict, np.ndarray], np.ndarray]] = None
+) -> Optional[dict]:
     """Run a single-image geometric ``transform`` on both modalities with one
     random draw.
 
@@ -66,6 +81,10 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
         transform (callable): takes and returns a results dict (or None).
         results (dict): paired results with ``img`` and ``ir_img``.
         name (str): the transform's name, for error messages.
+        replay (callable, optional): ``replay(out, ir_img)`` gives the
+            infrared image from the visible run's results ``out`` exactly
+            as a second run of ``transform`` on it would; used when both
+            images have one size and nothing is mixed in. None: two runs.
 
     Returns:
         dict | None: the visible run's results with ``ir_img`` from the
@@ -80,6 +99,12 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
     ir_img = results.pop('ir_img')
     # a reduced decode is folded into the first step that resizes
     decode = pending_decode(results)
+    img = results.get('img')
+    if replay is not None and isinstance(img, np.ndarray) and \
+            isinstance(ir_img, np.ndarray) and \
+            'mix_results' not in results and \
+            img.shape[:2] == ir_img.shape[:2]:
+        return _replayed(transform, replay, results, ir_img, decode, name)
     # the infrared run gets its own copy of the annotations: transforms
     # change boxes in place (flip_, translate_)
     ir_results = {
@@ -136,6 +161,28 @@ def apply_paired(transform: Callable[[dict], Optional[dict]], results: dict,
     return out
 
 
+def _replayed(transform: Callable[[dict], Optional[dict]],
+              replay: Callable[[dict, np.ndarray], np.ndarray],
+              results: dict, ir_img: np.ndarray, decode: Optional[tuple],
+              name: str) -> Optional[dict]:
+    """One run on the visible results, the infrared image replayed from
+    its record; bookkeeping as in :func:`apply_paired`."""
+    before = visible_geometry(results)
+    out = transform(results)
+    if out is None:
+        return None
+    ir_out = replay(out, ir_img)
+    if out['img'].shape[:2] != ir_out.shape[:2]:
+        raise RuntimeError(
+            f'{name} gave different sizes: visible {out["img"].shape[:2]}, '
+            f'infrared {ir_out.shape[:2]} (visible={results.get("img_path")}'
+            f' | infrared={results.get("ir_img_path")})')
+    out['ir_img'] = ir_out
+    fold_decode(out, decode)
+    record_step(out, name, before)
+    return out
+
+
 def _infrared_view(mixed: dict, name: str) -> dict:
     """A mixed-in sample's results with its infrared image as ``img``."""
     if 'ir_img' not in mixed:
@@ -162,8 +209,12 @@ class PairedGeometryMixin:
 
     def transform(self, results: dict) -> Optional[dict]:
         """Apply the transform identically to ``img`` and ``ir_img``."""
-        return apply_paired(super().transform, results,
-                            type(self).__name__)
+        # a subclass replays only with a replay of its own: it may change
+        # what the transform does to the image
+        replay = type(self).__dict__.get('replay_infrared')
+        return apply_paired(
+            super().transform, results, type(self).__name__,
+            None if replay is None else self.replay_infrared)
 
 
 @TRANSFORMS.register_module()
@@ -221,8 +272,20 @@ class PairedGeometric(BaseTransform):
 
 
 @TRANSFORMS.register_module()
-class PairedResize(PairedGeometryMixin, Resize):
-    """:class:`mmdet.datasets.transforms.Resize` for visible + infrared."""
+class PairedResize(PairedGeometryMixin, SameSizeResizeMixin, Resize):
+    """:class:`mmdet.datasets.transforms.Resize` for visible + infrared.
+
+    A resize to the image's own size (after a reduced decode) keeps the
+    arrays instead of copying them; every field is written as ``Resize``
+    writes it (see :mod:`.same_size`).
+    """
+
+    def replay_infrared(self, out: dict, ir_img: np.ndarray) -> np.ndarray:
+        """The infrared image resized to the visible run's ``scale`` by the
+        visible run's own image resize."""
+        ir = dict(img=ir_img, scale=out['scale'])
+        self._resize_img(ir)
+        return ir['img']
 
 
 @TRANSFORMS.register_module()
@@ -252,6 +315,14 @@ class PairedRandomChoiceResize(PairedGeometryMixin, MMCV_RandomChoiceResize):
 @TRANSFORMS.register_module()
 class PairedRandomFlip(PairedGeometryMixin, RandomFlip):
     """:class:`mmdet.datasets.transforms.RandomFlip`, one draw for both."""
+
+    def replay_infrared(self, out: dict, ir_img: np.ndarray) -> np.ndarray:
+        """The infrared image flipped as ``RandomFlip._flip`` flipped the
+        visible one (``mmcv.imflip`` in the drawn direction), or as it is
+        when the draw was no flip."""
+        if not out['flip']:
+            return ir_img
+        return mmcv.imflip(ir_img, direction=out['flip_direction'])
 
 
 @TRANSFORMS.register_module()

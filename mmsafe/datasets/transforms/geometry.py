@@ -55,6 +55,8 @@ def infrared_geometry(results: dict) -> np.ndarray:
 def same_geometry(a: np.ndarray, b: np.ndarray, tol: float = 1e-4) -> bool:
     """Whether two homographies map the image the same way (up to ``tol``
     relative to the matrix scale)."""
+    if a.shape == b.shape and np.array_equal(a, b):
+        return True  # what allclose says of equal values, without its cost
     scale = max(1.0, float(np.abs(a).max()), float(np.abs(b).max()))
     return bool(np.allclose(a, b, rtol=0, atol=tol * scale))
 

@@ -14,6 +14,7 @@ from .reduced_decode import (DECODE_KEY, check_reduced_decode_cfg,
                              choose_reduction, decode, decoded_scale,
                              fold_decode, image_size, pending_decode,
                              scale_instances)
+from .same_size import SameSizeResizeMixin
 
 
 @TRANSFORMS.register_module()
@@ -92,11 +93,12 @@ class LoadImageFromFileReduced(LoadImageFromFile):
 
 
 @TRANSFORMS.register_module()
-class DecodeAwareResize(Resize):
+class DecodeAwareResize(SameSizeResizeMixin, Resize):
     """:class:`mmdet.datasets.transforms.Resize` that folds a pending
     reduced decode (:class:`LoadImageFromFileReduced`) into
     ``scale_factor`` (from the file's size) and puts ``instances`` back in
-    the file's frame; without a pending decode it is ``Resize``."""
+    the file's frame; without a pending decode it is ``Resize``. A resize
+    to the image's own size keeps the array (see :mod:`.same_size`)."""
 
     def transform(self, results: dict) -> dict:
         """Resize, then fold the decode in."""
