@@ -12,10 +12,10 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from mmengine.config import Config  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
+from mmengine.registry import RUNNERS  # noqa: E402
 
 from benchmarks._common import DEMO_CONFIG, SAFETY_RUNTIME  # noqa: E402
-# registers GatedIterLoop (Runner.from_cfg does not apply custom_imports)
+# registers GatedIterLoop (the worker builds the runner itself)
 import benchmarks.gated_loop  # noqa: E402,F401
 
 #: Guards that the safety fragment does not list, with the LLVIP recipe's
@@ -90,8 +90,13 @@ def build_config(args) -> Config:
     cfg.work_dir = osp.join(args.work_dir, args.mode)
     cfg.experiment_name = f'bench_{args.mode}'
     cfg.launcher = args.launcher
+    # on: mmsafe's runner, as the safety fragment sets it. off: MMEngine's
+    # plain Runner, except for DDP on CPU, which only SafeRunner starts.
+    cpu_ddp = cfg.launcher != 'none' and args.device == 'cpu'
+    cfg.runner_type = ('SafeRunner' if args.mode == 'on' or cpu_ddp else
+                       'Runner')
     if cfg.launcher != 'none':
-        # on CPU (gloo) the demo's nccl is switched by mmsafe; say gloo here
+        # on CPU (gloo) SafeRunner switches the demo's nccl; say gloo here
         if args.device == 'cpu':
             cfg.env_cfg.dist_cfg = dict(backend='gloo')
     return cfg
@@ -110,7 +115,7 @@ def main() -> None:
     parser.add_argument('--launcher', default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args()
-    runner = Runner.from_cfg(build_config(args))
+    runner = RUNNERS.build(build_config(args))
     runner.train()
 
 
