@@ -50,6 +50,10 @@ def test_demo_trains_under_two_process_gloo_ddp(tmp_path):
     # 8 pairs per rank, batch 2: 4 iterations, every loss term logged
     assert 'Epoch(train) [1][4/4]' in result.output, result
     assert 'loss_macl' in result.output, result
+    # SafeRunner started the group with gloo (the demo asks for nccl).
+    assert '[mmsafe] CUDA is not available: using the gloo backend' in \
+        result.output, result
+    assert '[mmsafe] [mmsafe]' not in result.output, result
     assert 'pascal_voc/mAP' in result.output, result
 
     tags = _scalar_tags(work_dir)

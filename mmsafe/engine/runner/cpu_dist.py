@@ -41,7 +41,7 @@ def with_default_timeout(dist_cfg: dict) -> dict:
 def _cpu_backend(backend) -> str:
     if backend in (None, 'nccl'):
         log_once(
-            'gloo', '[mmsafe] CUDA is not available: using the gloo backend '
+            'gloo', 'CUDA is not available: using the gloo backend '
             f'instead of {backend!r} for distributed training on CPU. Set '
             "env_cfg.dist_cfg.backend='gloo' to silence this message.")
         return 'gloo'
