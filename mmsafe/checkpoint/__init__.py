@@ -1,7 +1,7 @@
 """Checkpoints: trusted weights-only loading, atomic writes, resume from the
 newest loadable checkpoint, pretrained weights from the torch hub cache."""
-from .atomic import (ATOMIC_BACKEND_ARGS, AtomicLocalBackend,
-                     atomic_torch_save, atomic_write, is_local_path)
+from .atomic import (ATOMIC_BACKEND_ARGS, AtomicLocalBackend, atomic_write,
+                     is_local_path)
 from .remote_weights import (WeightsUnavailableError,
                              register_remote_weight_schemes)
 from .resume import (checkpoint_problem, find_latest_loadable_checkpoint,
@@ -10,8 +10,8 @@ from .trust import (UntrustedCheckpointError, explain_refusals,
                     trusted_checkpoint_globals)
 
 __all__ = [
-    'ATOMIC_BACKEND_ARGS', 'AtomicLocalBackend', 'atomic_torch_save',
-    'atomic_write', 'is_local_path', 'WeightsUnavailableError',
+    'ATOMIC_BACKEND_ARGS', 'AtomicLocalBackend', 'atomic_write',
+    'is_local_path', 'WeightsUnavailableError',
     'register_remote_weight_schemes', 'checkpoint_problem',
     'find_latest_loadable_checkpoint', 'record_resume',
     'UntrustedCheckpointError', 'explain_refusals',

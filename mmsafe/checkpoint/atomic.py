@@ -17,7 +17,6 @@ import os.path as osp
 import re
 from typing import Any, Callable, Dict, List, Union
 
-import torch
 from mmengine.fileio import LocalBackend, register_backend
 
 from mmsafe.events import log
@@ -90,12 +89,6 @@ def atomic_write(filename: str, write: Callable[[Any], None],
             os.remove(tmp)
         raise
     _fsync_dir(dirname)
-
-
-def atomic_torch_save(obj: Any, filename: str) -> None:
-    """``torch.save`` to a local path through :func:`atomic_write`."""
-    atomic_write(filename, lambda f: torch.save(obj, f))
-    _remove_stale_tmp_files(osp.dirname(osp.abspath(filename)))
 
 
 def is_local_path(path: Any, backend_args: Any = None) -> bool:
