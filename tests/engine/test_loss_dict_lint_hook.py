@@ -2,6 +2,7 @@
 never optimised and a loss weight that never reaches the loss are caught
 at the first iteration; a healthy loss dict passes."""
 import tempfile
+import weakref
 
 import torch
 
@@ -71,3 +72,54 @@ def test_lint_structure_weighted_sum_and_detached_copy():
     logged = dict(losses, similarity=w.sum())
     (finding, ) = lint_loss_dict(logged)
     assert '"similarity" requires grad' in finding
+
+
+class _NodeView:
+    """A Python object for an autograd node that lives only while referenced,
+    like the node objects of some PyTorch versions (and CUDA builds): once
+    dropped, the next node's object may be allocated at the same address."""
+    _live = weakref.WeakValueDictionary()
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    @classmethod
+    def of(cls, fn):
+        if fn is None:
+            return None
+        view = cls._live.get(id(fn))
+        if view is None:
+            view = cls(fn)
+            cls._live[id(fn)] = view
+        return view
+
+    @property
+    def next_functions(self):
+        return tuple((_NodeView.of(f), i) for f, i in self._fn.next_functions)
+
+
+class _ShortLivedNodes(torch.Tensor):
+    """A loss tensor whose ``grad_fn`` object is created on each access."""
+
+    @property
+    def grad_fn(self):
+        return _NodeView.of(torch.Tensor.grad_fn.__get__(self))
+
+
+def test_lint_does_not_confuse_short_lived_node_objects():
+    # independent losses: no finding, however node objects are recycled;
+    # a real double count is still found
+    x = torch.randn(8, requires_grad=True)
+    y = torch.randn(8, requires_grad=True)
+    parts = {f'loss_{i}': ((x * (i + 1)).sin() + y.cos() * i).pow(2).mean()
+             for i in range(6)}
+    independent = {k: v.as_subclass(_ShortLivedNodes) for k, v in parts.items()}
+    assert lint_loss_dict(independent, rtol=0, atol=0) == []
+    counted_twice = dict(independent, loss_total=independent['loss_0'] +
+                         independent['loss_3'])
+    findings = lint_loss_dict(counted_twice, rtol=0, atol=0)
+    assert findings == [
+        "\"loss_total\" is computed from ['loss_0', 'loss_3'], which are "
+        'loss entries too: parse_losses sums every key with "loss", so these '
+        'terms are counted twice. Return either "loss_total" or its parts, '
+        'or rename one side without "loss"'], findings

@@ -32,13 +32,21 @@ def is_close(a: float, b: float, rtol: float, atol: float) -> bool:
 def depends_on(roots, targets: Dict[int, List[str]], own: str,
                limit: int = 500000) -> List[str]:
     """Names of the ``targets`` (grad_fn id -> keys) reachable from the
-    autograd nodes ``roots``; the graph is only inspected, never run."""
-    found, seen, stack = set(), set(), list(roots)
+    autograd nodes ``roots``; the graph is only inspected, never run.
+
+    Nodes are compared by the identity of their Python objects, which is
+    only meaningful while those objects are alive: PyTorch may hand out a
+    new object for a node once the previous one is gone, at a recycled
+    address. So every visited node object is kept referenced (``seen``)
+    for the whole walk, and the caller keeps the ``targets`` objects alive.
+    """
+    found, stack = set(), list(roots)
+    seen: Dict[int, object] = {}
     while stack and len(seen) < limit:
         fn = stack.pop()
         if fn is None or id(fn) in seen:
             continue
-        seen.add(id(fn))
+        seen[id(fn)] = fn
         hits = [k for k in targets.get(id(fn), []) if k != own]
         if hits:
             found.update(hits)
@@ -60,10 +68,13 @@ def _unoptimised(losses: dict) -> List[str]:
 def _computed_from_others(losses: dict, loss_keys: List[str]) -> Dict[str,
                                                                       list]:
     targets: Dict[int, List[str]] = {}
+    alive = []  # the target node objects, referenced while ids are compared
     for key in loss_keys:
         for t in as_tensors(losses[key]):
-            if t.grad_fn is not None:
-                targets.setdefault(id(t.grad_fn), []).append(key)
+            fn = t.grad_fn
+            if fn is not None:
+                alive.append(fn)
+                targets.setdefault(id(fn), []).append(key)
     parts_of = {}
     for key in loss_keys:
         roots = [t.grad_fn for t in as_tensors(losses[key])
