@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, with .gpu/ from
+# make_bundle.sh beside it: installs the bundle into /tmp/site, checks the
+# stand-in ops on CUDA, then runs gpu_recipe_check.py and
+# guard_overhead.py --device cuda --amp. Outputs also go to $OUT if set.
+set -u
+OUT=${OUT:-work_dirs/gpu_checks}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --target /tmp/site .gpu/whl/*.whl || exit 3
+cp -r .gpu/site/mmcv /tmp/site/ || exit 3
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+python3 -c "import torch, torchvision; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchvision', torchvision.__version__)"
+echo "== stand-in ops check"
+timeout 60 python3 .gpu/check_standin_ops.py 2>&1 | tee "$OUT/check_ext.txt"
+echo "== gpu_recipe_check"
+timeout "${RECIPE_T:-330}" python3 benchmarks/gpu_recipe_check.py --timeout "${TRAIN_T:-270}" 2>&1 \
+  | tee "$OUT/recipe.txt" | grep -v "mmengine - INFO - Iter\|Epoch(train)"
+cp work_dirs/gpu_recipe_check/train_output.txt "$OUT/" 2>/dev/null
+echo "== guard_overhead cuda amp"
+timeout "${OVH_T:-280}" python3 benchmarks/guard_overhead.py --device cuda --amp \
+  --iters "${OVH_ITERS:-400}" --block 10 --timeout 270 2>&1 | tee "$OUT/overhead.txt" | tail -25
