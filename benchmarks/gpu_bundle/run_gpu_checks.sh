@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, with .gpu/ from
 # make_bundle.sh beside it: installs the bundle into /tmp/site, checks the
-# stand-in ops on CUDA, then runs gpu_recipe_check.py and
-# guard_overhead.py --device cuda --amp. Outputs also go to $OUT if set.
+# stand-in ops on CUDA, runs the CUDA tests, then gpu_recipe_check.py and
+# guard_overhead.py --device cuda --amp (ONLY_TESTS=1: stop after the tests). Outputs also go to $OUT if set.
 set -u
 OUT=${OUT:-work_dirs/gpu_checks}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
@@ -13,6 +13,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c "import torch, torchvision; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchvision', torchvision.__version__)"
 echo "== stand-in ops check"
 timeout 60 python3 .gpu/check_standin_ops.py 2>&1 | tee "$OUT/check_ext.txt"
+echo "== CUDA tests (AMP NaN skip; AmpNaNSkipOptimWrapper vs MMEngine's AmpOptimWrapper)"
+timeout 120 python3 -m pytest -q -p no:cacheprovider -rs -k cuda \
+  tests/engine/test_amp_matrix.py tests/engine/test_nan_skip_optim_wrapper.py 2>&1 \
+  | tee "$OUT/cuda_tests.txt" | tail -15
+[ -n "${ONLY_TESTS:-}" ] && exit 0
 echo "== gpu_recipe_check"
 timeout "${RECIPE_T:-330}" python3 benchmarks/gpu_recipe_check.py --timeout "${TRAIN_T:-270}" 2>&1 \
   | tee "$OUT/recipe.txt" | grep -v "mmengine - INFO - Iter\|Epoch(train)"

@@ -28,14 +28,16 @@ def fresh_state():
     yield hub
 
 
-def train(wrapper_cls, batches, dtype, loss_scale, clip_grad):
+def train(wrapper_cls, batches, dtype, loss_scale, clip_grad, device='cpu'):
     data = StepToyDataset(faults=[(4, 'nan_loss')])
     torch.manual_seed(0)
-    model = StepToyDetector()
+    model = StepToyDetector().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
                                 weight_decay=0.01)
+    kwargs = dict(device_type=device) if (
+        wrapper_cls is AmpNaNSkipOptimWrapper) else {}
     wrapper = wrapper_cls(optimizer=optimizer, loss_scale=loss_scale,
-                          dtype=dtype, clip_grad=clip_grad)
+                          dtype=dtype, clip_grad=clip_grad, **kwargs)
     hub = MessageHub.get_current_instance()
     for it, indices in enumerate(batches):
         hub.update_info('iter', it)
@@ -43,22 +45,18 @@ def train(wrapper_cls, batches, dtype, loss_scale, clip_grad):
     return model, wrapper
 
 
-@pytest.mark.parametrize('clip', [False, True])
-@pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
-@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
-def test_healthy_steps_match_autocast_and_gradscaler(dtype, scale, clip):
+def check_against(reference_cls, dtype, scale, clip, device):
     loss_scale = LOSS_SCALES[scale]
     clip_grad = dict(max_norm=1.0) if clip else None
     model, wrapper = train(AmpNaNSkipOptimWrapper, BATCHES, dtype,
-                           loss_scale, clip_grad)
+                           loss_scale, clip_grad, device)
     enabled = scale != 'disabled'
     # With a scaler, GradScaler itself skips the NaN step (and backs the
     # scale off); without one, the reference must not see that batch.
     reference_batches = BATCHES if enabled else [
         b for i, b in enumerate(BATCHES) if i != NAN_BATCH]
-    ref_model, ref_wrapper = train(ReferenceCpuAmpOptimWrapper,
-                                   reference_batches, dtype, loss_scale,
-                                   clip_grad)
+    ref_model, ref_wrapper = train(reference_cls, reference_batches, dtype,
+                                   loss_scale, clip_grad, device)
     assert wrapper.counters['skipped'] == 1
     assert wrapper.counters['nan_skips'] == 1
     assert wrapper.counters['steps'] == len(BATCHES) - 1
@@ -73,6 +71,23 @@ def test_healthy_steps_match_autocast_and_gradscaler(dtype, scale, clip):
     if enabled:
         assert (wrapper.loss_scaler.state_dict() ==
                 ref_wrapper.loss_scaler.state_dict())
+
+
+@pytest.mark.parametrize('clip', [False, True])
+@pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_healthy_steps_match_autocast_and_gradscaler(dtype, scale, clip):
+    check_against(ReferenceCpuAmpOptimWrapper, dtype, scale, clip, 'cpu')
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+@pytest.mark.parametrize('clip', [False, True])
+@pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_cuda_steps_match_mmengine_amp_optim_wrapper(dtype, scale, clip):
+    """On CUDA the reference is MMEngine's own AmpOptimWrapper."""
+    from mmengine.optim import AmpOptimWrapper
+    check_against(AmpOptimWrapper, dtype, scale, clip, 'cuda')
 
 
 def test_every_amp_optim_wrapper_option_builds():

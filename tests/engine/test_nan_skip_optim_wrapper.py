@@ -34,9 +34,12 @@ def batch(dataset, *indices):
     return pseudo_collate([dataset[i] for i in indices])
 
 
-def make(wrapper_cls=NaNSkipOptimWrapper, momentum=0.9, lr=0.05, **kw):
+def make(wrapper_cls=NaNSkipOptimWrapper, momentum=0.9, lr=0.05,
+         device='cpu', **kw):
     torch.manual_seed(0)
-    model = StepToyDetector()
+    model = StepToyDetector().to(device)
+    if wrapper_cls is AmpNaNSkipOptimWrapper:
+        kw.setdefault('device_type', device)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
                                 weight_decay=0.01)
     return model, wrapper_cls(optimizer=optimizer, **kw)
@@ -142,11 +145,16 @@ def test_per_module_pattern_that_matches_nothing_is_an_error():
         model.train_step(batch(data, 0, 1), wrapper)
 
 
-def test_amp_cpu_nan_keeps_scaler_legal_and_backs_off(fresh_state):
+DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason='needs CUDA'))]
+
+
+@pytest.mark.parametrize('device', DEVICES)
+def test_amp_nan_keeps_scaler_legal_and_backs_off(fresh_state, device):
     data = StepToyDataset(faults=[(2, 'nan_loss')])
-    model, wrapper = make(AmpNaNSkipOptimWrapper,
+    model, wrapper = make(AmpNaNSkipOptimWrapper, device=device,
                           clip_grad=dict(max_norm=10.0))
-    assert wrapper.device_type == 'cpu'
+    assert wrapper.device_type == device
     model.train_step(batch(data, 0, 1), wrapper)
     scale = wrapper.loss_scaler.get_scale()
     before = params(model)
@@ -160,9 +168,11 @@ def test_amp_cpu_nan_keeps_scaler_legal_and_backs_off(fresh_state):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_amp_cpu_fp16_overflow_is_counted_apart(fresh_state):
+@pytest.mark.parametrize('device', DEVICES)
+def test_amp_fp16_overflow_is_counted_apart(fresh_state, device):
     data = StepToyDataset()
     model, wrapper = make(AmpNaNSkipOptimWrapper, dtype='float16',
+                          device=device,
                           loss_scale=dict(init_scale=2.0**40))
     before = params(model)
     model.train_step(batch(data, 0, 1), wrapper)
@@ -172,7 +182,8 @@ def test_amp_cpu_fp16_overflow_is_counted_apart(fresh_state):
     assert wrapper.loss_scaler.get_scale() == 2.0**39
     assert fresh_state.get_scalar('train/amp_overflows').current() == 1
     state = wrapper.state_dict()
-    _, restored = make(AmpNaNSkipOptimWrapper, dtype='float16')
+    _, restored = make(AmpNaNSkipOptimWrapper, dtype='float16',
+                       device=device)
     restored.load_state_dict(state)
     assert restored.loss_scaler.get_scale() == 2.0**39
     assert restored.counters['amp_overflow'] == 1
