@@ -50,6 +50,9 @@ class LoadPairedImageFromFile(LoadImageFromFile):
     Args:
         ir_color_type (str): ``mmcv.imfrombytes`` flag for the infrared image.
             Defaults to ``'color'`` (LLVIP stores infrared as 3-channel jpg).
+            ``'grayscale'`` decodes the luma only, repeated into 3 channels:
+            the colour decode's pixels for a grey JPEG (neutral chroma),
+            without its chroma work.
         on_size_mismatch (str): ``'error'`` (default) when the two images
             differ in size, or ``'resize'`` to resize infrared to the
             visible size (bilinear; logged once).
