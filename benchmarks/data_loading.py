@@ -29,6 +29,13 @@ the medians is reported.
     python benchmarks/data_loading.py --rounds 2 --batches 20 --large 100
     python benchmarks/data_loading.py --large 0 --rounds 0 --decode 40
 
+Each rate is also given by this process's CPU time (less exposed to the
+other processes of a shared machine), with the minor page faults per
+pair: a full decode writes 4 MB per image into freshly mapped memory, and
+what a page fault costs differs between machines (a virtual machine's
+cost more). ``--ir-color-type grayscale`` decodes the infrared images as
+grey (both sides).
+
 ``--stages`` adds, per JPEG quality, the milliseconds per pair of each
 transform of that pipeline (full and reduced decode, median over the
 passes, the transforms timed one by one as the dataset's pipeline runs
@@ -130,12 +137,19 @@ def print_stages(sets: dict, rounds: int) -> None:
         print(f'  {name}: {full:.2f} | {reduced:.2f}')
 
 
-def decode_pass(dataset) -> float:
-    """Paired samples/s of one pass over ``dataset`` in this process."""
-    start = time.perf_counter()
+def decode_pass(dataset) -> tuple:
+    """One pass over ``dataset`` in this process: paired samples/s by the
+    wall clock and by this process's CPU time, and minor page faults per
+    pair."""
+    import resource
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(len(dataset)):
         dataset[i]
-    return len(dataset) / (time.perf_counter() - start)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return (len(dataset) / wall, len(dataset) / max(cpu, 1e-9),
+            faults / len(dataset))
 
 
 def jpeg_tree(src: str, quality: int) -> str:
@@ -168,8 +182,11 @@ def bits_per_pixel(root: str, size) -> float:
 
 
 def measure_decode(num: int, size, rounds: int, data_dir: str,
-                   qualities, stages: bool = False) -> None:
-    """Full vs reduced decoding through the LLVIP recipe's pipeline."""
+                   qualities, stages: bool = False,
+                   ir_color_type: str = None) -> None:
+    """Full vs reduced decoding through the LLVIP recipe's pipeline
+    (``ir_color_type``, when given, replaces the recipe's on both
+    sides)."""
     import cv2
     from mmengine.config import Config
     from mmdet.registry import DATASETS
@@ -191,6 +208,8 @@ def measure_decode(num: int, size, rounds: int, data_dir: str,
                 'LoadPairedImageFromFile', 'LoadAnnotations', 'PairedResize')]
         pipeline[0]['reduced_decode'] = cfg.reduced_decode if reduced \
             else None
+        if ir_color_type is not None:
+            pipeline[0]['ir_color_type'] = ir_color_type
         return DATASETS.build(dict(
             type='LLVIPDataset', data_root=root, filter_cfg=None,
             data_prefix=dict(img='visible/train/', ir_img='infrared/train/',
@@ -204,11 +223,13 @@ def measure_decode(num: int, size, rounds: int, data_dir: str,
     try:
         for q, root in roots.items():
             bpp = bits_per_pixel(root, size)
+            ir = '' if ir_color_type is None else \
+                f', ir_color_type={ir_color_type!r}'
             print(f'\n== full vs reduced JPEG decode: LLVIP recipe train '
                   f'pipeline at {scale[0]}x{scale[1]}, {num} pairs of '
                   f'{w}x{h}, JPEG quality {q} ({bpp:.2f} bits/pixel), '
                   f'{rounds} passes per setting, one worker (this '
-                  'process) ==')
+                  f'process){ir} ==')
             for stage, what in ((False, 'whole train pipeline'),
                                 (True, 'load + resize only')):
                 sets = {r: dataset(root, r, stage) for r in (False, True)}
@@ -219,10 +240,16 @@ def measure_decode(num: int, size, rounds: int, data_dir: str,
                     for reduced in ((False, True) if r % 2 == 0 else
                                     (True, False)):
                         rates[reduced].append(decode_pass(sets[reduced]))
-                full, reduced = median(rates[False]), median(rates[True])
+                (full, full_cpu, full_flt), (reduced, red_cpu, red_flt) = (
+                    [median([p[k] for p in rates[d]]) for k in range(3)]
+                    for d in (False, True))
                 print(f'{what}: full decode {full:.1f}, reduced decode '
                       f'{reduced:.1f} pairs/s per worker; reduced/full: '
                       f'{reduced / full:.2f}x')
+                print(f'  by CPU time: full decode {full_cpu:.1f}, reduced '
+                      f'decode {red_cpu:.1f} pairs/s; reduced/full: '
+                      f'{red_cpu / full_cpu:.2f}x; minor page faults per '
+                      f'pair: full {full_flt:.0f}, reduced {red_flt:.0f}')
                 if stages and not stage:
                     print_stages(sets, rounds)
             codec = decoder_rates(root, scale, rounds)
@@ -285,6 +312,11 @@ def main() -> None:
     parser.add_argument('--decode-quality', type=int, nargs='+',
                         default=(92, 75),
                         help='JPEG qualities of the decode comparison')
+    parser.add_argument('--ir-color-type', default=None,
+                        choices=('color', 'grayscale'),
+                        help='decode comparison: the infrared loader\'s '
+                        'ir_color_type on both sides (default: the '
+                        'recipe\'s)')
     parser.add_argument('--stages', action='store_true',
                         help='also time each transform of the decode '
                         'comparison\'s pipeline (ms per pair)')
@@ -322,7 +354,8 @@ def main() -> None:
                 args.workers, args.rounds, args.batches)
     if args.decode > 0:
         measure_decode(args.decode, args.decode_size, args.decode_rounds,
-                       args.data_dir, args.decode_quality, args.stages)
+                       args.data_dir, args.decode_quality, args.stages,
+                       args.ir_color_type)
     print(f'\nuptime after: {uptime()}')
 
 

@@ -5,8 +5,8 @@
 #   torchrun --nproc_per_node=4 tools/train.py \
 #       configs/llvip/dual_faster_rcnn_r50_fpn_macl_llvip.py --launcher pytorch
 # The 1280x1024 JPEGs are decoded at 1/2 (reduced_decode in the dataset
-# base): ~2.3x the pairs/s per loader worker, same boxes, scale_factor and
-# metrics as a full decode + resize.
+# base): ~2.5x the pairs/s per loader worker (benchmarks/README.md, 4b),
+# same boxes, scale_factor and metrics as a full decode + resize.
 _base_ = [
     '../_base_/models/dual_faster_rcnn_r50_fpn.py',
     '../_base_/datasets/llvip.py',

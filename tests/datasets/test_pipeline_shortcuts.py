@@ -21,6 +21,7 @@ from mmengine.config import Config
 from mmsafe.datasets import ensure_synthetic_llvip
 from mmsafe.datasets.transforms import apply_paired
 from mmsafe.datasets.transforms.geometry import same_geometry
+from mmsafe.datasets.transforms.loading import three_channels
 from mmsafe.datasets.transforms.same_size import chw_tensor
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -256,6 +257,18 @@ def test_chw_tensor_equals_pack_det_inputs(dtype):
                     chw_tensor(view)
                 continue
             assert_same(chw_tensor(view), old, where)
+
+
+@pytest.mark.parametrize('dtype', DTYPES + (np.int32, bool))
+def test_three_channels_equals_numpy_repeat(dtype):
+    """A grey image as 3 channels: what ``np.repeat`` gives (dtype, shape,
+    contiguity, values), contiguous or strided."""
+    a = image((H, W), dtype)
+    for view in (a, a[:, ::-1], a[::2], np.zeros((0, W), dtype)):
+        assert_same(three_channels(view),
+                    np.repeat(view[..., None], 3, axis=2),
+                    f'{dtype} strides {view.strides}')
+        assert three_channels(view).flags.c_contiguous
 
 
 # ------------------------------------------------------------- geometry

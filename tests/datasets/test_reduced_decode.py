@@ -294,3 +294,67 @@ def test_masks_are_refused(tmp_path):
                reduced_decode=REDUCED)
     assert out['instances'][0]['bbox'] == [4, 2, 20, 30]
     assert out[rd.ORI_INSTANCES_KEY][0]['bbox'] == [8, 4, 40, 60]
+
+
+def test_jpeg_header_size_is_what_pil_reads(tmp_path):
+    """The frame-header walk gives PIL's size for baseline, progressive,
+    grey and restart-marker JPEGs and for APP segments (EXIF, ICC) before
+    the frame header; other bytes go to PIL as before."""
+    import io
+
+    import cv2
+    from PIL import Image
+    img = visible_image(133, 71)
+    encoded = [
+        cv2.imencode('.jpg', img)[1].tobytes(),
+        cv2.imencode('.jpg', img, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1]
+        .tobytes(),
+        cv2.imencode('.jpg', img[..., 0])[1].tobytes(),
+        cv2.imencode('.jpg', img, [cv2.IMWRITE_JPEG_RST_INTERVAL, 2])[1]
+        .tobytes(),
+    ]
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: the size is still the frame's
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, 'JPEG', exif=exif.tobytes(),
+                              icc_profile=b'\0' * 70000)
+    encoded.append(buf.getvalue())
+    for data in encoded:
+        assert rd.jpeg_frame_size(data) == (133, 71)
+        assert rd.image_size(data) == Image.open(io.BytesIO(data)).size
+    png = cv2.imencode('.png', img)[1].tobytes()
+    assert rd.jpeg_frame_size(png) is None
+    assert rd.image_size(png) == (133, 71)
+    # cut before the frame header: no size from the walk, PIL's error
+    assert rd.jpeg_frame_size(encoded[-1][:2000]) is None
+    with pytest.raises(Exception):
+        rd.image_size(encoded[-1][:2000])
+
+
+@pytest.mark.parametrize('reduced', [True, False])
+def test_grey_infrared_decode_is_the_colour_decode_of_grey_jpegs(
+        llvip_1280, reduced, tmp_path):
+    """``ir_color_type='grayscale'`` on grey 3-channel JPEGs (LLVIP's
+    infrared: R = G = B): the same ``ir_img`` as the colour decode, bit
+    for bit, at full size and at 1/2. On a tinted file it is the luma
+    (what the option documents), not the colour decode."""
+    ds = recipe_dataset(llvip_1280, 'train', reduced=reduced)
+    cfg = dict(reduced_decode=REDUCED if reduced else None)
+    for i in range(len(ds)):
+        info = ds.get_data_info(i)
+        colour = load(info, **cfg)
+        grey = load(info, ir_color_type='grayscale', **cfg)
+        assert grey['ir_img'].shape == colour['ir_img'].shape
+        assert grey['ir_img'].dtype == colour['ir_img'].dtype
+        assert grey['ir_img'].flags.c_contiguous
+        assert np.array_equal(grey['ir_img'], colour['ir_img'])
+        assert np.array_equal(grey['img'], colour['img'])
+    tinted = infrared_image(128, 96).copy()
+    tinted[..., 2] = 200
+    vis, ir = str(tmp_path / 'v.jpg'), str(tmp_path / 'i.jpg')
+    write_img(vis, visible_image(128, 96))
+    write_img(ir, tinted)
+    colour = load(dict(img_path=vis, ir_img_path=ir), **cfg)
+    grey = load(dict(img_path=vis, ir_img_path=ir),
+                ir_color_type='grayscale', **cfg)
+    assert not np.array_equal(grey['ir_img'], colour['ir_img'])

@@ -10,10 +10,11 @@ data_root = 'data/LLVIP/'
 backend_args = None
 img_scale = (640, 512)  # half of LLVIP's 1280x1024
 # JPEGs are decoded at 1/2 straight to 640x512 (libjpeg's DCT scaling: the
-# decoder alone ~4x faster than a full decode + resize, the whole train
-# pipeline ~2.3x per loader worker, see benchmarks/README.md); ori_shape,
-# scale_factor and the boxes stay those of the 1280x1024 files. Must match
-# the PairedResize below; set it to None when resizing to full resolution.
+# whole train pipeline ~2.5x the pairs/s per loader worker of a full decode
+# + resize, ~1.7x where page faults are cheap; benchmarks/README.md, 4b);
+# ori_shape, scale_factor and the boxes stay those of the 1280x1024 files.
+# Must match the PairedResize below; set it to None when resizing to full
+# resolution.
 reduced_decode = dict(scale=img_scale, keep_ratio=True)
 
 train_pipeline = [

@@ -2,6 +2,7 @@
 import logging
 from typing import Any, Optional
 
+import cv2
 import mmcv
 import numpy as np
 from mmcv.transforms import LoadImageFromFile
@@ -15,6 +16,19 @@ from .reduced_decode import (DECODE_KEY, check_reduced_decode_cfg,
                              image_size, scale_instances)
 
 SIZE_MISMATCH_POLICIES = ('error', 'resize')
+#: dtypes whose grey -> 3-channel conversion OpenCV copies bit for bit
+_CV2_GREY_DTYPES = frozenset(
+    np.dtype(t) for t in (np.uint8, np.uint16, np.float32))
+
+
+def three_channels(img: np.ndarray) -> np.ndarray:
+    """An ``H x W`` image as ``H x W x 3``, its channel repeated (what
+    ``np.repeat(img[..., None], 3, axis=2)`` gives; OpenCV's copy where it
+    is exact, a fraction of numpy's time)."""
+    if img.dtype in _CV2_GREY_DTYPES and img.flags.c_contiguous and \
+            img.size > 0:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    return np.repeat(img[..., None], 3, axis=2)
 
 
 @TRANSFORMS.register_module()
@@ -36,6 +50,9 @@ class LoadPairedImageFromFile(LoadImageFromFile):
     Args:
         ir_color_type (str): ``mmcv.imfrombytes`` flag for the infrared image.
             Defaults to ``'color'`` (LLVIP stores infrared as 3-channel jpg).
+            ``'grayscale'`` decodes the luma only, repeated into 3 channels:
+            the colour decode's pixels for a grey JPEG (neutral chroma),
+            without its chroma work.
         on_size_mismatch (str): ``'error'`` (default) when the two images
             differ in size, or ``'resize'`` to resize infrared to the
             visible size (bilinear; logged once).
@@ -155,7 +172,7 @@ class LoadPairedImageFromFile(LoadImageFromFile):
             return None
         (img, vis_red), (ir_img, ir_red) = vis, ir
         if ir_img.ndim == 2:
-            ir_img = np.repeat(ir_img[..., None], 3, axis=2)
+            ir_img = three_channels(ir_img)
         if reduction is None:
             ori_shape = img.shape[:2]
             results['ir_ori_shape'] = ir_img.shape[:2]

@@ -105,8 +105,49 @@ def check_reduced_decode_cfg(cfg: Optional[dict], owner: str,
                 max_reduction=max_reduction)
 
 
+#: JPEG start-of-frame markers (SOF0-SOF15 less DHT, JPG and DAC): the
+#: frame header holding the image's size
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+#: markers without a length field (TEM, RST0-RST7, SOI)
+_STANDALONE_MARKERS = frozenset(range(0xD0, 0xD9)) | {0x01}
+
+
+def jpeg_frame_size(img_bytes: bytes) -> Optional[Tuple[int, int]]:
+    """(w, h) from a JPEG's frame header (SOFn), walking the marker segments
+    before it; None when the bytes are no JPEG or the walk does not reach a
+    frame header with a size (e.g. a height defined later by DNL)."""
+    if img_bytes[:3] != _JPEG_MAGIC:
+        return None
+    n = len(img_bytes)
+    i = 2
+    while i + 4 <= n:
+        if img_bytes[i] != 0xFF:
+            return None
+        marker = img_bytes[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _STANDALONE_MARKERS:
+            i += 2
+            continue
+        if marker in (0xD9, 0xDA):  # end of image, start of scan
+            return None
+        if marker in _SOF_MARKERS:
+            if i + 9 > n:
+                return None
+            h = (img_bytes[i + 5] << 8) | img_bytes[i + 6]
+            w = (img_bytes[i + 7] << 8) | img_bytes[i + 8]
+            return (w, h) if w > 0 and h > 0 else None
+        i += 2 + ((img_bytes[i + 2] << 8) | img_bytes[i + 3])
+    return None
+
+
 def image_size(img_bytes: bytes) -> Tuple[int, int]:
-    """(w, h) of an encoded image from its header (nothing is decoded)."""
+    """(w, h) of an encoded image from its header (nothing is decoded): a
+    JPEG's frame header, else what PIL reads."""
+    size = jpeg_frame_size(img_bytes)
+    if size is not None:
+        return size
     from PIL import Image
     with Image.open(BytesIO(img_bytes)) as im:
         return im.size
