@@ -17,11 +17,11 @@ setup:
 demo: setup
 	$(PY) tools/train.py $(DEMO_CONFIG)
 
-# Whole files go to one worker (--dist loadfile): module-scoped fixtures
-# (one shared training run per file) run once.
+# --dist loadfile: a file's tests share a worker (module-scoped fixtures run
+# once); tests/conftest.py orders the files slowest first.
 test: setup
 	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 \
-		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 -m "not slow" $(PYTEST_ARGS)
