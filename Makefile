@@ -2,10 +2,12 @@
 #   make demo   set up .venv, then train the CPU demo (visible + infrared, MACL)
 #   make test   set up .venv, then run the whole test suite
 #   make test-fast  only the in-process tests (no training, DDP, workers)
+# TEST_WORKERS: pytest-xdist workers for `make test` (0 runs serially).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_CONFIG ?= configs/llvip/demo_cpu.py
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test test-fast clean
 
@@ -15,8 +17,11 @@ setup:
 demo: setup
 	$(PY) tools/train.py $(DEMO_CONFIG)
 
+# --dist loadfile: a file's tests share a worker (module-scoped fixtures run
+# once); tests/conftest.py orders the files slowest first.
 test: setup
-	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 \
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 -m "not slow" $(PYTEST_ARGS)

@@ -25,7 +25,7 @@ setup(
         'tensorboard',
     ],
     extras_require={
-        'tests': ['pytest', 'pytest-timeout', 'psutil'],
+        'tests': ['pytest', 'pytest-timeout', 'pytest-xdist', 'psutil'],
     },
     zip_safe=False,
 )

@@ -18,6 +18,10 @@ every test (pytest-timeout included), and the ``slow`` marker.
   :func:`spawns_processes`. ``make test-fast`` deselects them, and a test
   that starts a process through ``tests.utils`` under ``-m "not slow"``
   fails, saying it needs the marker.
+- Under pytest-xdist (``make test``: ``-n 2 --dist loadfile``), the test
+  files are handed out slowest first: see :func:`_slowest_files_first`.
+  Runs shared by several files go through
+  ``tests.utils.run_once_per_session``, so they happen once per session.
 """
 import ast
 import inspect
@@ -224,7 +228,28 @@ def spawns_processes(item) -> bool:
     return False
 
 
+# --- pytest-xdist (make test: -n 2 --dist loadfile) -------------------------
+
+
+def _slowest_files_first(items) -> None:
+    """Order the test files by their number of ``slow`` tests, most first
+    (stable otherwise). Under ``--dist loadfile --no-loadscope-reorder``
+    the training files then start early and the fast in-process files fill
+    the end, so both workers finish at about the same time."""
+    def file_of(item):
+        return item.nodeid.split('::', 1)[0]
+    slow, first = {}, {}
+    for index, item in enumerate(items):
+        name = file_of(item)
+        first.setdefault(name, index)
+        slow[name] = slow.get(name, 0) + (
+            item.get_closest_marker('slow') is not None)
+    items.sort(key=lambda item: (-slow[file_of(item)], first[file_of(item)]))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker('slow') is None and spawns_processes(item):
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, 'workerinput'):  # a pytest-xdist worker
+        _slowest_files_first(items)

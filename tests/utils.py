@@ -8,14 +8,17 @@ kills whatever is still registered after each test. A command's timeout is
 also cut to the time left before the test's own pytest-timeout, so chained
 runs fail with their output instead of adding up past it.
 """
+import fcntl
 import os
 import os.path as osp
+import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
-from typing import List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TRAIN = osp.join(REPO_ROOT, 'tools', 'train.py')
@@ -152,3 +155,46 @@ def write_config(path: str, text: str) -> str:
     with open(path, 'w', encoding='utf-8') as f:
         f.write(textwrap.dedent(text))
     return path
+
+
+_SHARED: Dict[str, Any] = {}
+
+
+def run_once_per_session(name: str, run: Callable[[str], Any]) -> Any:
+    """``run(folder)`` once per test session, shared by every test that
+    asks for ``name``, in this process or in another pytest-xdist worker.
+
+    The first caller runs it in a new folder under the session's temporary
+    folder (tests/conftest.py removes that folder at the end of the session,
+    after every worker) while it holds ``<name>.lock``; its result is then
+    pickled next to the lock, written atomically. A caller that finds the
+    lock held waits for it, then loads that result. A run that raised leaves
+    no result: the next caller runs it again.
+
+    Args:
+        name: what identifies the run (a file name).
+        run: makes the run in the folder it is given and returns what the
+            tests read (picklable, e.g. a ``(work_dir, RunResult)`` tuple).
+
+    Returns:
+        Whatever ``run`` returned, for every caller.
+    """
+    if name in _SHARED:
+        return _SHARED[name]
+    base = osp.join(tempfile.gettempdir(), 'mmsafe-shared-runs')
+    os.makedirs(base, exist_ok=True)
+    done = osp.join(base, f'{name}.pkl')
+    with open(osp.join(base, f'{name}.lock'), 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not osp.isfile(done):
+                result = run(tempfile.mkdtemp(prefix=f'{name}-', dir=base))
+                partial = f'{done}.{os.getpid()}'
+                with open(partial, 'wb') as f:
+                    pickle.dump(result, f)
+                os.replace(partial, done)
+            with open(done, 'rb') as f:
+                _SHARED[name] = pickle.load(f)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return _SHARED[name]

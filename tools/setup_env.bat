@@ -67,7 +67,7 @@ set "MAX_JOBS=%NUMBER_OF_PROCESSORS%"
 if errorlevel 1 goto :fail
 
 :stack
-"%PY%" -m pip install mmengine==0.10.7 mmdet==3.3.0 tensorboard pytest pytest-timeout psutil
+"%PY%" -m pip install mmengine==0.10.7 mmdet==3.3.0 tensorboard pytest pytest-timeout pytest-xdist psutil
 if errorlevel 1 goto :fail
 "%PY%" -m pip install --no-deps --no-build-isolation -e "%ROOT%"
 if errorlevel 1 goto :fail

@@ -89,7 +89,7 @@ fi
 
 # 3. The OpenMMLab detection stack, TensorBoard and test tools.
 say "installing mmengine, mmdet, tensorboard, test tools"
-"${PIP[@]}" install "mmengine==0.10.7" "mmdet==3.3.0" tensorboard pytest pytest-timeout psutil
+"${PIP[@]}" install "mmengine==0.10.7" "mmdet==3.3.0" tensorboard pytest pytest-timeout pytest-xdist psutil
 
 # 4. mmsafe itself, editable; its requirements are all present by now.
 "${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT"

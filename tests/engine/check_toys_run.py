@@ -1,14 +1,14 @@
 """One healthy 2-process run with every check hook on, shared by the four
-check-hook test modules (run once per pytest session), and small readers
+check-hook test modules (run once per pytest session, also across
+pytest-xdist workers), and small readers
 for what a run leaves behind."""
 import glob
 import json
 import os.path as osp
-import tempfile
 
 from mmsafe.events import read_events
 from tests.engine.check_toys_cfg import toy_config
-from tests.utils import run_train
+from tests.utils import run_once_per_session, run_train
 
 HEALTHY_HOOKS = """[
     dict(type='MACLCheckHook', chance_warmup=30,
@@ -21,18 +21,13 @@ HEALTHY_HOOKS = """[
              action='warn', patience=3)]),
 ]"""
 
-_CACHE = {}
-
-
 def healthy_run():
     """(work_dir, RunResult) of the shared healthy DDP run."""
-    if 'healthy' not in _CACHE:
-        tmp = tempfile.mkdtemp(prefix='mmsafe_checks_')
+    def run(tmp):
         cfg = toy_config(tmp, 'healthy', HEALTHY_HOOKS, max_iters=60,
                          val_interval=30)
-        result = run_train(cfg, nproc=2, timeout=600)
-        _CACHE['healthy'] = (osp.join(tmp, 'healthy'), result)
-    return _CACHE['healthy']
+        return osp.join(tmp, 'healthy'), run_train(cfg, nproc=2, timeout=600)
+    return run_once_per_session('check_toys_healthy', run)
 
 
 def events(work_dir, kind=None):

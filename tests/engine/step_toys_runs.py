@@ -3,17 +3,15 @@
 Several scenarios share one real training run where that is honest (their
 faults sit at different iterations and each assertion reads only its own
 iterations), to keep the suite short on a 2-core machine. Runs are
-memoised per pytest process.
+made once per test session, also across pytest-xdist workers.
 """
-import atexit
 import os.path as osp
-import shutil
-import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from tests.utils import RunResult, run_train, write_config
+from tests.utils import (RunResult, run_once_per_session, run_train,
+                         write_config)
 
 BATCH = 2
 WORLD = 2
@@ -21,9 +19,6 @@ NUM_SAMPLES = 2 * BATCH * 16
 # Generous: two processes importing torch + MMDetection on a loaded machine.
 TIMEOUT = 240
 
-_ROOT = tempfile.mkdtemp(prefix='mmsafe_step_')
-atexit.register(shutil.rmtree, _ROOT, True)
-_RUNS: Dict[str, Tuple[str, RunResult]] = {}
 
 
 def sample_index(rank: int, it: int, slot: int = 0) -> int:
@@ -97,14 +92,15 @@ def train(name: str, faults: Sequence[Tuple[int, str]], max_iters: int,
           optim_wrapper: str, timeout: float = TIMEOUT,
           args: Sequence[str] = (), env: Optional[dict] = None,
           **config_kw) -> Tuple[str, RunResult]:
-    """Run (once per process) a 2-rank gloo training of the toys."""
-    if name not in _RUNS:
-        work_dir = osp.join(_ROOT, name)
+    """Run (once per test session, see ``run_once_per_session``) a 2-rank
+    gloo training of the toys."""
+    def run(tmp):
+        work_dir = osp.join(tmp, name)
         cfg = make_config(work_dir, faults, max_iters, optim_wrapper,
                           **config_kw)
-        _RUNS[name] = (work_dir, run_train(cfg, nproc=WORLD, timeout=timeout,
-                                           args=args, env=env))
-    return _RUNS[name]
+        return work_dir, run_train(cfg, nproc=WORLD, timeout=timeout,
+                                   args=args, env=env)
+    return run_once_per_session(f'step_toys_{name}', run)
 
 
 def dumps(work_dir: str) -> List[dict]:

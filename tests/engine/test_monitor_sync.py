@@ -107,7 +107,9 @@ try:
     say(f'RANK{rank} no error')
 except RuntimeError as e:
     say(f'RANK{rank} mismatch raised: {str(e)[:60]}')
-dist.destroy_process_group()
+# barrier, then destroy, as tools/train.py ends: no gloo abort at exit
+from mmsafe.tools_lib.cli import release_process_group
+release_process_group()
 '''
 
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import mmsafe  # noqa: F401
 from mmdet.registry import MODELS
+from mmsafe.tools_lib.cli import release_process_group
 
 
 def check(head, sizes, rank, generator):
@@ -108,7 +109,8 @@ def main():
     check(head, [2, 2], rank, generator)
     dist.barrier()
     print(f'RANK{rank} OK small_batches={head.num_small_batches}', flush=True)
-    dist.destroy_process_group()
+    # barrier, then destroy, as tools/train.py ends: no gloo abort at exit
+    release_process_group()
 
 
 if __name__ == '__main__':

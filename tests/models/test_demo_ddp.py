@@ -1,9 +1,13 @@
-"""The CPU demo model under real 2-process gloo DDP, through tools/train.py,
-with a hard timeout (a hang fails the test)."""
+"""The CPU demo model under real 2-process gloo DDP, started as a user
+starts it (tools/dist_train.sh CONFIG 2: torch.distributed.run, then
+tools/train.py --launcher pytorch), with a hard timeout (a hang fails the
+test)."""
 import glob
+import os
 import os.path as osp
+import sys
 
-from tests.utils import REPO_ROOT, run_train
+from tests.utils import REPO_ROOT, free_port, run_command
 
 DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
 TIMEOUT = 900  # the shared CI/dev machine is slow; a hang still fails
@@ -41,9 +45,14 @@ def test_demo_trains_under_two_process_gloo_ddp(tmp_path):
         options.append(f'{loader}.dataset.data_root={data_root}')
         for key, value in small.items():
             options.append(f'{loader}.dataset.synthetic.{key}={value}')
-    result = run_train(
-        DEMO, nproc=2, timeout=TIMEOUT,
-        args=['--work-dir', work_dir, '--cfg-options', *options])
+    # dist_train.sh calls `python`: the one running the tests comes first.
+    env = dict(PORT=str(free_port()),
+               PATH=osp.dirname(sys.executable) + os.pathsep +
+               os.environ.get('PATH', ''))
+    result = run_command(
+        ['bash', osp.join(REPO_ROOT, 'tools', 'dist_train.sh'), DEMO, '2',
+         '--work-dir', work_dir, '--cfg-options', *options],
+        timeout=TIMEOUT, env=env)
     assert not result.timed_out, result
     assert result.returncode == 0, result
     assert osp.isfile(osp.join(work_dir, 'epoch_1.pth')), result

@@ -265,7 +265,7 @@ def test_setup_env_fresh_install_order(sandbox):
          '0', '-f', 'https://download.openmmlab.com/mmcv/dist/cpu/torch2.13/'
          'index.html', 'mmcv==2.1.0'],
         ['mmengine==0.10.7', 'mmdet==3.3.0', 'tensorboard', 'pytest',
-         'pytest-timeout', 'psutil'],
+         'pytest-timeout', 'pytest-xdist', 'psutil'],
         ['--no-deps', '--no-build-isolation', '-e']]
     assert '[setup_env] ok:' in result.flat
     # Run again on the ready environment: it only verifies.

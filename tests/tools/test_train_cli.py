@@ -2,7 +2,6 @@
 CPU demo config shrunk to a few iterations."""
 import glob
 import json
-import os
 import os.path as osp
 import sys
 
@@ -91,22 +90,6 @@ def test_linux_launcher_shows_log_tail_on_failure(tmp_path):
     assert result.returncode != 0
     assert 'training FAILED' in result.output
     assert 'NoSuchBackbone' in result.output
-
-
-def test_dist_train_sh_runs_two_gloo_processes_on_cpu(tmp_path):
-    from tests.utils import free_port
-    work_dir = str(tmp_path / 'work')
-    script = osp.join(REPO_ROOT, 'tools', 'dist_train.sh')
-    env = dict(PORT=str(free_port()),
-               PATH=osp.dirname(sys.executable) + os.pathsep +
-               os.environ.get('PATH', ''))
-    result = run_command(
-        ['bash', script, DEMO, '2', '--work-dir', work_dir, '--cfg-options',
-         *shrink(str(tmp_path / 'llvip') + '/')],
-        timeout=600, env=env)
-    assert result.returncode == 0, result
-    assert 'gloo' in result.output
-    assert osp.exists(osp.join(work_dir, 'epoch_1.pth'))
 
 
 def test_amp_flag_trains_the_demo_on_cpu(tmp_path):
