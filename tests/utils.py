@@ -198,3 +198,12 @@ def run_once_per_session(name: str, run: Callable[[str], Any]) -> Any:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return _SHARED[name]
+
+
+def cpu_and_cuda() -> list:
+    """``pytest.mark.parametrize`` values for a test that runs on CPU and,
+    where a GPU is present, on CUDA (skipped without one)."""
+    import pytest
+    import torch
+    return ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason='needs CUDA'))]

@@ -1,15 +1,18 @@
 """AmpNaNSkipOptimWrapper accepts every configuration of MMEngine's
 AmpOptimWrapper and, on healthy steps, updates the weights exactly as
-autocast + GradScaler do (``ReferenceCpuAmpOptimWrapper``: AmpOptimWrapper's
-step on CPU), including after a NaN step was skipped."""
+autocast + GradScaler do (on CPU ``ReferenceCpuAmpOptimWrapper``:
+AmpOptimWrapper's step; on CUDA, where a GPU is present, MMEngine's own
+AmpOptimWrapper), including after a NaN step was skipped."""
 import pytest
 import torch
 from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
+from mmengine.optim import AmpOptimWrapper
 
 from mmsafe.engine.optimizers import AmpNaNSkipOptimWrapper
 from tests.engine.identity_toys import ReferenceCpuAmpOptimWrapper
 from tests.engine.step_toys import StepToyDataset, StepToyDetector
+from tests.utils import cpu_and_cuda
 
 NAN_BATCH = 2
 BATCHES = [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
@@ -45,7 +48,16 @@ def train(wrapper_cls, batches, dtype, loss_scale, clip_grad, device='cpu'):
     return model, wrapper
 
 
-def check_against(reference_cls, dtype, scale, clip, device):
+#: What AmpNaNSkipOptimWrapper must equal on each device: MMEngine's own
+#: AmpOptimWrapper on CUDA; its arithmetic on CPU, where it refuses to run.
+REFERENCES = {'cpu': ReferenceCpuAmpOptimWrapper, 'cuda': AmpOptimWrapper}
+
+
+@pytest.mark.parametrize('device', cpu_and_cuda())
+@pytest.mark.parametrize('clip', [False, True])
+@pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_healthy_steps_match_the_amp_reference(dtype, scale, clip, device):
     loss_scale = LOSS_SCALES[scale]
     clip_grad = dict(max_norm=1.0) if clip else None
     model, wrapper = train(AmpNaNSkipOptimWrapper, BATCHES, dtype,
@@ -55,8 +67,8 @@ def check_against(reference_cls, dtype, scale, clip, device):
     # scale off); without one, the reference must not see that batch.
     reference_batches = BATCHES if enabled else [
         b for i, b in enumerate(BATCHES) if i != NAN_BATCH]
-    ref_model, ref_wrapper = train(reference_cls, reference_batches, dtype,
-                                   loss_scale, clip_grad, device)
+    ref_model, ref_wrapper = train(REFERENCES[device], reference_batches,
+                                   dtype, loss_scale, clip_grad, device)
     assert wrapper.counters['skipped'] == 1
     assert wrapper.counters['nan_skips'] == 1
     assert wrapper.counters['steps'] == len(BATCHES) - 1
@@ -71,23 +83,6 @@ def check_against(reference_cls, dtype, scale, clip, device):
     if enabled:
         assert (wrapper.loss_scaler.state_dict() ==
                 ref_wrapper.loss_scaler.state_dict())
-
-
-@pytest.mark.parametrize('clip', [False, True])
-@pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
-@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
-def test_healthy_steps_match_autocast_and_gradscaler(dtype, scale, clip):
-    check_against(ReferenceCpuAmpOptimWrapper, dtype, scale, clip, 'cpu')
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
-@pytest.mark.parametrize('clip', [False, True])
-@pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
-@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
-def test_cuda_steps_match_mmengine_amp_optim_wrapper(dtype, scale, clip):
-    """On CUDA the reference is MMEngine's own AmpOptimWrapper."""
-    from mmengine.optim import AmpOptimWrapper
-    check_against(AmpOptimWrapper, dtype, scale, clip, 'cuda')
 
 
 def test_every_amp_optim_wrapper_option_builds():

@@ -20,7 +20,7 @@ from mmsafe.engine.optimizers import (AmpNaNSkipOptimWrapper,
 from mmsafe.events import read_events
 from tests.engine import step_toys_runs as runs
 from tests.engine.step_toys import StepToyDataset, StepToyDetector
-from tests.utils import REPO_ROOT
+from tests.utils import REPO_ROOT, cpu_and_cuda
 
 
 @pytest.fixture(autouse=True)
@@ -145,11 +145,7 @@ def test_per_module_pattern_that_matches_nothing_is_an_error():
         model.train_step(batch(data, 0, 1), wrapper)
 
 
-DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason='needs CUDA'))]
-
-
-@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('device', cpu_and_cuda())
 def test_amp_nan_keeps_scaler_legal_and_backs_off(fresh_state, device):
     data = StepToyDataset(faults=[(2, 'nan_loss')])
     model, wrapper = make(AmpNaNSkipOptimWrapper, device=device,
@@ -168,7 +164,7 @@ def test_amp_nan_keeps_scaler_legal_and_backs_off(fresh_state, device):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('device', cpu_and_cuda())
 def test_amp_fp16_overflow_is_counted_apart(fresh_state, device):
     data = StepToyDataset()
     model, wrapper = make(AmpNaNSkipOptimWrapper, dtype='float16',
