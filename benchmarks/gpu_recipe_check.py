@@ -140,8 +140,7 @@ def summarize(records: list) -> dict:
                 losses.setdefault(k[len('train/'):], []).append(v)
     times = [r['train/time'] for r in train if 'train/time' in r]
     # MMEngine writes the peak GPU memory (MiB) as a top-level 'memory'
-    memory = max([r.get('train/memory', r.get('memory')) for r in train
-                  if 'train/memory' in r or 'memory' in r],
+    memory = max([r['memory'] for r in train if 'memory' in r],
                  default=float('nan'))
     val = {k[len('val/'):]: v for r in records for k, v in r.items()
            if k.startswith('val/') and not k.endswith('time')}
