@@ -506,6 +506,27 @@ def test_console_that_cannot_print_the_config(cli, tmp_path, llvip_tree,
     report.print(cp1252)
 
 
+def test_console_check_reads_the_logged_config_dump(cli, tmp_path,
+                                                    llvip_tree, monkeypatch):
+    """A character only in the merged config (here from --cfg-options, in
+    neither the file nor work_dir) is found, on the line of the dump the
+    Runner logs; a healthy config gives the ok row."""
+    config = healthy_config(str(tmp_path), llvip_tree)
+    work_dir = str(tmp_path / 'work')
+    args = ['--cfg-options', 'train_dataloader.dataset.note=Fußgänger']
+    parsed = cli.parse_args([config, '--work-dir', work_dir, *args])
+    logged = cli.load_train_module().build_cfg(parsed).pretty_text
+    line = logged[:logged.index('ß')].count('\n') + 1
+    ascii_console = io.TextIOWrapper(io.BytesIO(), encoding='ascii')
+    monkeypatch.setattr(sys, 'stdout', ascii_console)
+    report = preflight(cli, config, work_dir, args=args)
+    rows = error_rows(report, 'console')
+    assert rows, report.format_text()
+    assert f'U+00DF) on line {line} of the config dump' in rows[0].what
+    assert error_rows(preflight(cli, config, work_dir), 'console') == []
+    assert preflight(cli, config, work_dir).find('console', 'ok')
+
+
 def test_cli_exit_status_and_console_encoding(tmp_path, llvip_tree):
     """The real CLI with an ASCII console: exit 1 and the console row."""
     config = healthy_config(str(tmp_path), llvip_tree,

@@ -8,6 +8,8 @@ another script, a class name with an accent, a typographic dash) raises
 import sys
 from typing import Iterator, Optional, Tuple
 
+from mmengine.config import Config
+
 from ..context import PreflightContext
 from ..report import CheckRow
 
@@ -25,9 +27,16 @@ def _first_unencodable(text: str, encoding: str) -> Optional[Tuple[str, int]]:
         return None
 
 
-def _pretty_text(cfg) -> str:
+def _config_dump(cfg, formatted: bool) -> str:
+    """What the Runner logs as the config (``cfg.pretty_text``), or, with
+    ``formatted=False``, the same text before yapf breaks its lines: the
+    same characters, without yapf's cost (seconds for a config whose long
+    strings overflow a line), so the line numbers are only right with
+    ``formatted=True``."""
     try:
-        return cfg.pretty_text
+        if formatted:
+            return cfg.pretty_text
+        return Config(cfg.to_dict(), format_python_code=False).pretty_text
     except Exception:  # yapf cannot format some values; the dump then
         return str(cfg.to_dict())  # falls back to plain text, as here
 
@@ -42,7 +51,7 @@ def check_console_encoding(ctx: PreflightContext) -> Iterator[CheckRow]:
         pass
     texts.append(('work_dir', str(cfg.get('work_dir', ''))))
     # What the Runner logs: the merged config, --cfg-options included.
-    texts.append(('config dump', _pretty_text(cfg)))
+    texts.append(('config dump', _config_dump(cfg, formatted=False)))
     for stream_name in ('stdout', 'stderr'):
         stream = getattr(sys, stream_name)
         encoding = getattr(stream, 'encoding', None)
@@ -52,6 +61,9 @@ def check_console_encoding(ctx: PreflightContext) -> Iterator[CheckRow]:
             bad = _first_unencodable(text, encoding)
             if bad is None:
                 continue
+            if what == 'config dump':  # the line as the log will show it
+                bad = _first_unencodable(
+                    _config_dump(cfg, formatted=True), encoding) or bad
             char, line = bad
             yield CheckRow(
                 'error', NAME, f'The console ({stream_name}, encoding '
