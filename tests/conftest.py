@@ -44,17 +44,33 @@ from tests import utils  # noqa: E402
 _SESSION_TMP = None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory
 def pytest_configure(config):
     global _SESSION_TMP
     if _SESSION_TMP is None and not hasattr(config, 'workerinput'):
-        _SESSION_TMP = tempfile.mkdtemp(prefix='mmsafe-tests-')
+        _SESSION_TMP = tempfile.mkdtemp(prefix='mmsafe-')
         tempfile.tempdir = _SESSION_TMP
         os.environ['TMPDIR'] = _SESSION_TMP
+        if config.option.basetemp is None:
+            # Short paths: a config whose path strings make a line longer
+            # than yapf's limit costs seconds in every Config.pretty_text
+            # (the Runner's config log and dump, each checkpoint) instead
+            # of 0.2 s.
+            config.option.basetemp = os.path.join(_SESSION_TMP, 't')
     if not _selects_slow(config):
         utils.set_fast_mode(
             'this test starts a process but is not marked slow, and '
             '-m "not slow" (make test-fast) runs only in-process tests: add '
             '@pytest.mark.slow or call a helper that conftest.py recognises')
+
+
+@pytest.fixture
+def tmp_path(tmp_path_factory):
+    """A new folder per test, like pytest's ``tmp_path``, with a short
+    name (``t0``, ``t1`` ... instead of the test's name): with the short
+    base folder, the paths the tests write into configs stay short (see
+    :func:`pytest_configure`)."""
+    return tmp_path_factory.mktemp('t')
 
 
 def _selects_slow(config) -> bool:
