@@ -5,7 +5,9 @@ every test (pytest-timeout included), and the ``slow`` marker.
 - ``tempfile`` (in this process and, through ``TMPDIR``, in every process
   the tests start) writes under one session folder, removed when the session
   ends, so ``tempfile.mkdtemp()`` leaves nothing behind. Set
-  ``MMSAFE_KEEP_TEST_TMP=1`` to keep it for a post-mortem.
+  ``MMSAFE_KEEP_TEST_TMP=1`` to keep it for a post-mortem. Paths stay
+  short (``<session>/t`` as pytest's base folder, ``tmp_path`` folders
+  ``t0``, ``t1`` ...): see :func:`pytest_configure`.
 - After each test, the process groups that ``tests.utils`` started and did
   not end yet are killed; at the end of the session, any process the suite
   left behind is killed too.
