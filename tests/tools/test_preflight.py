@@ -523,8 +523,9 @@ def test_console_check_reads_the_logged_config_dump(cli, tmp_path,
     rows = error_rows(report, 'console')
     assert rows, report.format_text()
     assert f'U+00DF) on line {line} of the config dump' in rows[0].what
-    assert error_rows(preflight(cli, config, work_dir), 'console') == []
-    assert preflight(cli, config, work_dir).find('console', 'ok')
+    healthy_report = preflight(cli, config, work_dir)
+    assert error_rows(healthy_report, 'console') == []
+    assert healthy_report.find('console', 'ok')
 
 
 def test_cli_exit_status_and_console_encoding(tmp_path, llvip_tree):
