@@ -93,6 +93,7 @@ EXAMPLES = {
             type='LoadImageFromFileReduced',
             reduced_decode=dict(scale=(96, 64))),
         'DecodeAwareResize': dict(type='DecodeAwareResize', scale=(96, 64)),
+        'KeepFreedMemory': dict(type='KeepFreedMemory'),
         'LoadPairedImageFromFile': dict(type='LoadPairedImageFromFile'),
         'ModalityTransform': dict(
             type='ModalityTransform', modality='infrared',

@@ -30,7 +30,9 @@ train_pipeline = [
     dict(type='LoadAnnotations', with_bbox=True),
     dict(type='PairedResize', scale=img_scale, keep_ratio=True),
     dict(type='PairedRandomFlip', prob=0.5),
-    dict(type='PackPairedDetInputs')
+    dict(type='PackPairedDetInputs'),
+    # the recipe's: loading processes reuse the memory they free
+    dict(type='KeepFreedMemory')
 ]
 test_pipeline = [
     dict(type='LoadPairedImageFromFile'),
@@ -39,7 +41,8 @@ test_pipeline = [
     dict(
         type='PackPairedDetInputs',
         meta_keys=('img_id', 'img_path', 'ir_img_path', 'ori_shape',
-                   'img_shape', 'scale_factor'))
+                   'img_shape', 'scale_factor')),
+    dict(type='KeepFreedMemory')
 ]
 
 train_dataloader = dict(

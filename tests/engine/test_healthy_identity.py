@@ -2,8 +2,9 @@
 
 The real demo detector (dual-stream Faster R-CNN + MACL) trains from the
 same seed twice: with every guard of ``configs/_base_/safety_runtime.py``
-and mmsafe's optim wrapper ("on"), and with no mmsafe hook and MMEngine's
-plain wrapper ("off"). The final weights must be ``torch.equal``: single
+and mmsafe's optim wrapper ("on"), and with no mmsafe hook, MMEngine's
+plain wrapper and the demo's pipelines without their ``KeepFreedMemory``
+step ("off"). The final weights must be ``torch.equal``: single
 process and 2-rank gloo DDP, fp32 and CPU AMP, the loader probe on with and
 without DataLoader workers. Half of the synthetic images hold no person, so
 background-only batches occur (asserted), and they must train as MMEngine
@@ -39,10 +40,12 @@ synthetic = dict(num_train=32, num_test=4, img_size=(160, 128), seed=0,
                  max_people=3, empty_ratio=0.5, person_height=(30, 110))
 train_dataloader = dict(
     batch_size=2, num_workers={workers}, persistent_workers=False,
-    dataset=dict(data_root={data_root!r}, synthetic=synthetic))
+    dataset=dict(data_root={data_root!r}, synthetic=synthetic,
+                 pipeline={train_pipeline}))
 val_dataloader = dict(
     batch_size=2, num_workers=0, persistent_workers=False,
-    dataset=dict(data_root={data_root!r}, synthetic=synthetic))
+    dataset=dict(data_root={data_root!r}, synthetic=synthetic,
+                 pipeline={test_pipeline}))
 test_dataloader = val_dataloader
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop',
                  max_iters={max_iters}, val_interval=100000)
@@ -59,6 +62,9 @@ custom_hooks = {hooks}
 GUARDS_ON = "_base_.custom_hooks + [dict(type='StepDumpHook'), " \
     "dict(type='CallCountHook')]"
 GUARDS_OFF = "[dict(type='StepDumpHook')]"
+# Off: the demo's pipelines without mmsafe's KeepFreedMemory step.
+PIPELINE_OFF = "[s for s in _base_.{} if s['type'] != 'KeepFreedMemory']"
+KEEP_FREED_LOG = 'KeepFreedMemory: each process that runs this pipeline'
 
 MODES = {
     # name: (nproc, workers, optim wrapper on, optim wrapper off)
@@ -82,6 +88,8 @@ def _run(tmp_path_factory, mode: str, guards: bool):
         max_iters=MAX_ITERS, log_interval=LOG_INTERVAL,
         optim_wrapper=wrapper_on if guards else wrapper_off,
         hooks=GUARDS_ON if guards else GUARDS_OFF,
+        **{name: f'_base_.{name}' if guards else PIPELINE_OFF.format(name)
+           for name in ('train_pipeline', 'test_pipeline')},
         # Off in a single process: MMEngine's own Runner, i.e. the run
         # without mmsafe. DDP on CPU needs SafeRunner's gloo start-up.
         runner="runner_type = 'Runner'" if not guards and nproc == 1
@@ -97,7 +105,7 @@ def _run(tmp_path_factory, mode: str, guards: bool):
 @pytest.mark.parametrize('mode', sorted(MODES))
 def test_guards_leave_a_healthy_run_bit_identical(tmp_path_factory, mode):
     on_dir, on, on_dumps = _run(tmp_path_factory, mode, guards=True)
-    _, _, off_dumps = _run(tmp_path_factory, mode, guards=False)
+    _, off, off_dumps = _run(tmp_path_factory, mode, guards=False)
     nproc = MODES[mode][0]
 
     # Background-only batches happened, and trained: no step was skipped.
@@ -106,6 +114,9 @@ def test_guards_leave_a_healthy_run_bit_identical(tmp_path_factory, mode):
     assert on_dumps[0]['last_iter'] == off_dumps[0]['last_iter'] == MAX_ITERS
     if MODES[mode][1]:
         assert 'DataLoaderProbeHook: the train loader passed' in on.output
+    # the loading processes kept their freed memory in the on run only
+    assert KEEP_FREED_LOG in on.output, on
+    assert KEEP_FREED_LOG not in off.output, off
 
     for rank in range(nproc):
         on_state = on_dumps[rank]['state_dict']

@@ -5,7 +5,8 @@
 * :mod:`.rebuild`: worker settings, rebuilding a loader with other ones;
 * :mod:`.probe`: fetching the first batches through real workers;
 * :mod:`.memory`: memory of the batches in flight;
-* :mod:`.diagnosis`: the verdict on a loader's workers.
+* :mod:`.diagnosis`: the verdict on a loader's workers;
+* :mod:`.allocator`: letting a loading process reuse the memory it frees.
 
 None of them imports a hook, so preflight and tools use them too.
 """

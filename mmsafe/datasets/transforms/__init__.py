@@ -7,6 +7,7 @@ from .geometric import (PairedFixShapeResize, PairedGeometric,
                         PairedRandomFlip, PairedRandomResize, PairedResize,
                         apply_paired)
 from .loading import LoadPairedImageFromFile
+from .memory import KeepFreedMemory
 from .photometric import ModalityTransform
 from .reduced_loading import DecodeAwareResize, LoadImageFromFileReduced
 
@@ -16,7 +17,7 @@ __all__ = [
     'PairedRandomChoiceResize', 'PairedRandomFlip', 'PairedRandomCrop',
     'PairedPad', 'ModalityTransform', 'PackPairedDetInputs', 'apply_paired',
     'PairedCompose', 'PairGeometryError', 'paired_pipeline',
-    'LoadImageFromFileReduced', 'DecodeAwareResize'
+    'LoadImageFromFileReduced', 'DecodeAwareResize', 'KeepFreedMemory'
 ]
 
 
