@@ -20,26 +20,29 @@ Full vs reduced JPEG decoding (``--decode`` pairs, default 40 of
 under ``--data-dir`` and re-encoded at each ``--decode-quality``: the
 decode cost follows the bits per pixel): paired samples/s of one worker
 (the LLVIP recipe's training pipeline, ``configs/_base_/datasets/llvip.py``,
-run in this process over every pair with single-threaded OpenCV, as a
-DataLoader worker runs it) with the recipe's ``reduced_decode`` and with it
-off; passes alternate (full, reduced, reduced, full, ...) and the ratio of
-the medians is reported.
+run over every pair with single-threaded OpenCV, as a DataLoader worker
+runs it) with the recipe's ``reduced_decode`` and with it off, each with
+and without the recipe's ``KeepFreedMemory`` step. Each setting runs in a
+fresh process of its own per round (``--decode-rounds``, the order of the
+settings rotated), as each training's workers run one setting: what a
+process ran before changes its allocator's state, hence its page faults.
+Rates are the medians over the rounds of each process's median pass
+(``--decode-passes``, after a first untimed pass).
 
     python benchmarks/data_loading.py
     python benchmarks/data_loading.py --rounds 2 --batches 20 --large 100
     python benchmarks/data_loading.py --large 0 --rounds 0 --decode 40
 
-Each rate is also given by this process's CPU time (less exposed to the
-other processes of a shared machine), with the minor page faults per
-pair: a full decode writes 4 MB per image into freshly mapped memory, and
-what a page fault costs differs between machines (a virtual machine's
-cost more). ``--ir-color-type grayscale`` decodes the infrared images as
-grey (both sides).
+Each rate is given by the wall clock and by the measuring process's CPU
+time (less exposed to the other processes of a shared machine), with the
+minor page faults per pair: a full decode writes 4 MB per image, and what
+a page fault costs differs between machines (a virtual machine's cost
+more). ``--ir-color-type grayscale`` decodes the infrared images as grey
+(every setting).
 
 ``--stages`` adds, per JPEG quality, the milliseconds per pair of each
-transform of that pipeline (full and reduced decode, median over the
-passes, the transforms timed one by one as the dataset's pipeline runs
-them): where the time of a pair goes.
+transform of that pipeline for each setting (the transforms timed one by
+one as the dataset's pipeline runs them): where the time of a pair goes.
 """
 import argparse
 import copy
@@ -123,18 +126,14 @@ def stage_pass(dataset) -> dict:
             for k, (t, s) in enumerate(zip(transforms, spent))}
 
 
-def print_stages(sets: dict, rounds: int) -> None:
-    """Median ms per pair of each transform, full and reduced decode."""
-    passes = {False: [], True: []}
-    for r in range(rounds):
-        for reduced in ((False, True) if r % 2 == 0 else (True, False)):
-            passes[reduced].append(stage_pass(sets[reduced]))
-    print('per transform, ms per pair (median of the passes): '
-          'full decode | reduced decode')
-    for name in passes[False][0]:
-        full = median([p[name] for p in passes[False]]) * 1e3
-        reduced = median([p[name] for p in passes[True]]) * 1e3
-        print(f'  {name}: {full:.2f} | {reduced:.2f}')
+#: the decode comparison's settings: (reduced decode, KeepFreedMemory)
+SETTINGS = {
+    'full decode': (False, False),
+    'reduced decode': (True, False),
+    'full decode + KeepFreedMemory': (False, True),
+    'reduced decode + KeepFreedMemory (the recipe)': (True, True),
+}
+CHILD_MARK = 'DECODE-CHILD '
 
 
 def decode_pass(dataset) -> tuple:
@@ -150,6 +149,73 @@ def decode_pass(dataset) -> tuple:
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return (len(dataset) / wall, len(dataset) / max(cpu, 1e-9),
             faults / len(dataset))
+
+
+def decode_dataset(root: str, reduced: bool, keep: bool,
+                   ir_color_type: str = None):
+    """The LLVIP recipe's training dataset on ``root``: its pipeline with
+    its ``reduced_decode`` or a full decode, with or without its
+    ``KeepFreedMemory`` step (``ir_color_type``, when given, replaces the
+    recipe's)."""
+    from mmengine.config import Config
+    from mmdet.registry import DATASETS
+    cfg = Config.fromfile(LLVIP_BASE)
+    pipeline = [p for p in copy.deepcopy(cfg.train_pipeline)
+                if p['type'] != 'KeepFreedMemory']
+    pipeline[0]['reduced_decode'] = cfg.reduced_decode if reduced else None
+    if ir_color_type is not None:
+        pipeline[0]['ir_color_type'] = ir_color_type
+    if keep:
+        pipeline.append(dict(type='KeepFreedMemory'))
+    return DATASETS.build(dict(
+        type='LLVIPDataset', data_root=root, filter_cfg=None,
+        data_prefix=dict(img='visible/train/', ir_img='infrared/train/',
+                         ann='Annotations/'), pipeline=pipeline))
+
+
+def decode_child(args) -> None:
+    """One setting in this fresh process, as one DataLoader worker runs
+    it: a first pass (file cache, and the allocator setting when the step
+    is there), then ``--decode-passes`` timed passes; prints the medians
+    as one JSON line."""
+    import json
+
+    import cv2
+    # what a DataLoader worker runs with (MMEngine's env_cfg
+    # opencv_num_threads=0): single-threaded OpenCV
+    cv2.setNumThreads(0)
+    reduced, keep = SETTINGS[args.decode_child]
+    dataset = decode_dataset(args.decode_root, reduced, keep,
+                             args.ir_color_type)
+    decode_pass(dataset)
+    passes = [decode_pass(dataset) for _ in range(args.decode_passes)]
+    out = dict(wall=median([p[0] for p in passes]),
+               cpu=median([p[1] for p in passes]),
+               faults=median([p[2] for p in passes]))
+    if args.stages:
+        stages = [stage_pass(dataset) for _ in range(args.decode_passes)]
+        out['stages'] = {name: median([s[name] for s in stages])
+                         for name in stages[0]}
+    print(CHILD_MARK + json.dumps(out), flush=True)
+
+
+def run_child(setting: str, root: str, args) -> dict:
+    import json
+    import subprocess
+    cmd = [sys.executable, osp.abspath(__file__), '--decode-child', setting,
+           '--decode-root', root, '--decode-passes', str(args.decode_passes)]
+    if args.ir_color_type is not None and setting in SETTINGS:
+        cmd += ['--ir-color-type', args.ir_color_type]
+    if args.stages and setting in SETTINGS:
+        cmd.append('--stages')
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    lines = [line for line in proc.stdout.splitlines()
+             if line.startswith(CHILD_MARK)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f'{setting}: the measuring process failed '
+                           f'(exit {proc.returncode}):\n{proc.stdout}')
+    return json.loads(lines[-1][len(CHILD_MARK):])
 
 
 def jpeg_tree(src: str, quality: int) -> str:
@@ -181,111 +247,121 @@ def bits_per_pixel(root: str, size) -> float:
     return 8 * median(sizes) / (size[0] * size[1])
 
 
-def measure_decode(num: int, size, rounds: int, data_dir: str,
-                   qualities, stages: bool = False,
-                   ir_color_type: str = None) -> None:
-    """Full vs reduced decoding through the LLVIP recipe's pipeline
-    (``ir_color_type``, when given, replaces the recipe's on both
-    sides)."""
-    import cv2
+def measure_decode(num: int, size, args) -> None:
+    """Full vs reduced decoding through the LLVIP recipe's pipeline, with
+    and without its ``KeepFreedMemory`` step: each setting in its own
+    process per round (a process's allocator state depends on what it ran
+    before), the settings' order rotated from round to round."""
     from mmengine.config import Config
-    from mmdet.registry import DATASETS
     from mmsafe.datasets import ensure_synthetic_llvip
     cfg = Config.fromfile(LLVIP_BASE)
     w, h = size
-    src = osp.join(data_dir, f'llvip_{w}x{h}_{num}_jpeg') + '/'
+    src = osp.join(args.data_dir, f'llvip_{w}x{h}_{num}_jpeg') + '/'
     start = time.perf_counter()
     ensure_synthetic_llvip(src, num_train=num, num_test=2, img_size=(w, h),
                            seed=0, person_height=(60, min(500, h - 8)))
-    roots = {q: jpeg_tree(src, q) for q in qualities}
+    roots = {q: jpeg_tree(src, q) for q in args.decode_quality}
     print(f'\n({num} JPEG pairs of {w}x{h} ready at {src}_q* after '
           f'{time.perf_counter() - start:.1f} s)')
-
-    def dataset(root: str, reduced: bool, stage: bool = False):
-        pipeline = copy.deepcopy(cfg.train_pipeline)
-        if stage:  # load + annotations + resize: what the decode changes
-            pipeline = [p for p in pipeline if p['type'] in (
-                'LoadPairedImageFromFile', 'LoadAnnotations', 'PairedResize')]
-        pipeline[0]['reduced_decode'] = cfg.reduced_decode if reduced \
-            else None
-        if ir_color_type is not None:
-            pipeline[0]['ir_color_type'] = ir_color_type
-        return DATASETS.build(dict(
-            type='LLVIPDataset', data_root=root, filter_cfg=None,
-            data_prefix=dict(img='visible/train/', ir_img='infrared/train/',
-                             ann='Annotations/'), pipeline=pipeline))
-
-    # what a DataLoader worker runs with (MMEngine's env_cfg
-    # opencv_num_threads=0): single-threaded OpenCV
-    threads = cv2.getNumThreads()
-    cv2.setNumThreads(0)
     scale = cfg.reduced_decode['scale']
-    try:
-        for q, root in roots.items():
-            bpp = bits_per_pixel(root, size)
-            ir = '' if ir_color_type is None else \
-                f', ir_color_type={ir_color_type!r}'
-            print(f'\n== full vs reduced JPEG decode: LLVIP recipe train '
-                  f'pipeline at {scale[0]}x{scale[1]}, {num} pairs of '
-                  f'{w}x{h}, JPEG quality {q} ({bpp:.2f} bits/pixel), '
-                  f'{rounds} passes per setting, one worker (this '
-                  f'process){ir} ==')
-            for stage, what in ((False, 'whole train pipeline'),
-                                (True, 'load + resize only')):
-                sets = {r: dataset(root, r, stage) for r in (False, True)}
-                decode_pass(sets[False])  # warm-up (file cache, imports)
-                decode_pass(sets[True])
-                rates = {False: [], True: []}
-                for r in range(rounds):
-                    for reduced in ((False, True) if r % 2 == 0 else
-                                    (True, False)):
-                        rates[reduced].append(decode_pass(sets[reduced]))
-                (full, full_cpu, full_flt), (reduced, red_cpu, red_flt) = (
-                    [median([p[k] for p in rates[d]]) for k in range(3)]
-                    for d in (False, True))
-                print(f'{what}: full decode {full:.1f}, reduced decode '
-                      f'{reduced:.1f} pairs/s per worker; reduced/full: '
-                      f'{reduced / full:.2f}x')
-                print(f'  by CPU time: full decode {full_cpu:.1f}, reduced '
-                      f'decode {red_cpu:.1f} pairs/s; reduced/full: '
-                      f'{red_cpu / full_cpu:.2f}x; minor page faults per '
-                      f'pair: full {full_flt:.0f}, reduced {red_flt:.0f}')
-                if stages and not stage:
-                    print_stages(sets, rounds)
-            codec = decoder_rates(root, scale, rounds)
-            print(f'OpenCV alone: decode + resize {codec[0]:.1f}, reduced '
-                  f'decode {codec[1]:.1f} images/s; reduced/full: '
-                  f'{codec[1] / codec[0]:.2f}x')
-    finally:
-        cv2.setNumThreads(threads)
+    names = list(SETTINGS)
+    for q, root in roots.items():
+        bpp = bits_per_pixel(root, size)
+        ir = '' if args.ir_color_type is None else \
+            f', ir_color_type={args.ir_color_type!r}'
+        print(f'\n== full vs reduced JPEG decode: LLVIP recipe train '
+              f'pipeline at {scale[0]}x{scale[1]}, {num} pairs of '
+              f'{w}x{h}, JPEG quality {q} ({bpp:.2f} bits/pixel), one '
+              f'process per setting and round (one DataLoader worker\'s '
+              f'work), {args.decode_rounds} rounds x {args.decode_passes} '
+              f'passes{ir} ==')
+        runs = {n: [] for n in names}
+        for r in range(args.decode_rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in (order if r % 2 == 0 else order[::-1]):
+                runs[name].append(run_child(name, root, args))
+        rate = {n: {k: median([x[k] for x in runs[n]])
+                    for k in ('wall', 'cpu', 'faults')} for n in names}
+        width = max(len(n) for n in names)
+        print(f'{"setting":<{width}}  pairs/s per worker (wall | CPU)  '
+              'page faults per pair')
+        for n in names:
+            print(f'{n:<{width}}  {rate[n]["wall"]:7.1f} | '
+                  f'{rate[n]["cpu"]:7.1f}  {rate[n]["faults"]:8.0f}')
+
+        def ratio(a: str, b: str, what: str) -> None:
+            print(f'{what}: {rate[a]["wall"] / rate[b]["wall"]:.2f}x '
+                  f'(CPU {rate[a]["cpu"] / rate[b]["cpu"]:.2f}x)')
+
+        full, red, full_k, red_k = names
+        ratio(red, full, 'reduced/full, allocator as it is')
+        ratio(red_k, full_k, 'reduced/full, both with KeepFreedMemory')
+        ratio(full_k, full, 'KeepFreedMemory, full decode')
+        ratio(red_k, red, 'KeepFreedMemory, reduced decode')
+        ratio(red_k, full, 'the recipe / full decode as it is')
+        if args.stages:
+            print('per transform, ms per pair (median over the rounds of '
+                  'each process\'s median pass): ' + ' | '.join(names))
+            for stage in runs[names[0]][0]['stages']:
+                cells = [median([x['stages'][stage] for x in runs[n]]) * 1e3
+                         for n in names]
+                print(f'  {stage}: ' + ' | '.join(f'{c:.2f}' for c in cells))
+        codec = {n: [] for n in CODEC}
+        for r in range(args.decode_rounds):
+            for name in (list(CODEC) if r % 2 == 0 else list(CODEC)[::-1]):
+                codec[name].append(run_child(name, root, args))
+        full, red = ({k: median([x[k] for x in codec[n]])
+                      for k in ('wall', 'cpu')} for n in CODEC)
+        print(f'OpenCV alone, without page faults (a process keeping freed '
+              f'memory): decode + resize {full["wall"]:.1f}, reduced decode '
+              f'{red["wall"]:.1f} images/s; reduced/full: '
+              f'{red["wall"] / full["wall"]:.2f}x (CPU '
+              f'{red["cpu"] / full["cpu"]:.2f}x)')
 
 
-def decoder_rates(root: str, scale, rounds: int):
-    """Images/s of ``cv2.imdecode`` + ``cv2.resize`` to ``scale`` and of
-    ``IMREAD_REDUCED_COLOR_2`` alone, over the tree's train images."""
+#: OpenCV alone, in a process that keeps freed memory: the decoders' work
+CODEC = {'OpenCV decode + resize': False, 'OpenCV reduced decode': True}
+
+
+def codec_child(args) -> None:
+    """``cv2.imdecode`` + ``cv2.resize`` to the recipe's scale, or
+    ``IMREAD_REDUCED_COLOR_2`` alone, over the tree's train images in this
+    process, with the allocator keeping freed memory (no page faults: the
+    decoders' own work); prints images/s (median pass) as one JSON line."""
+    import json
+
     import cv2
     import numpy as np
+    from mmengine.config import Config
+    from mmsafe.datasets.loader.allocator import keep_freed_memory
+    keep_freed_memory()
+    cv2.setNumThreads(0)
+    scale = tuple(Config.fromfile(LLVIP_BASE).reduced_decode['scale'])
     bufs = []
     for modality in ('visible', 'infrared'):
-        folder = osp.join(root, modality, 'train')
+        folder = osp.join(args.decode_root, modality, 'train')
         bufs += [np.fromfile(osp.join(folder, n), np.uint8)
                  for n in sorted(os.listdir(folder))]
 
     def full(buf):
-        cv2.resize(cv2.imdecode(buf, cv2.IMREAD_COLOR), tuple(scale),
+        cv2.resize(cv2.imdecode(buf, cv2.IMREAD_COLOR), scale,
                    interpolation=cv2.INTER_LINEAR)
 
     def reduced(buf):
         cv2.imdecode(buf, cv2.IMREAD_REDUCED_COLOR_2)
 
-    rates = {full: [], reduced: []}
-    for r in range(rounds):
-        for fn in ((full, reduced) if r % 2 == 0 else (reduced, full)):
-            start = time.perf_counter()
-            for buf in bufs:
-                fn(buf)
-            rates[fn].append(len(bufs) / (time.perf_counter() - start))
-    return median(rates[full]), median(rates[reduced])
+    fn = reduced if CODEC[args.decode_child] else full
+    rates = []
+    for p in range(args.decode_passes + 1):
+        start, cpu = time.perf_counter(), time.process_time()
+        for buf in bufs:
+            fn(buf)
+        if p:
+            rates.append((len(bufs) / (time.perf_counter() - start),
+                          len(bufs) / max(time.process_time() - cpu, 1e-9)))
+    print(CHILD_MARK + json.dumps(dict(
+        wall=median([r[0] for r in rates]),
+        cpu=median([r[1] for r in rates]))), flush=True)
 
 
 def main() -> None:
@@ -308,7 +384,10 @@ def main() -> None:
     parser.add_argument('--decode-size', type=int, nargs=2,
                         default=(1280, 1024), metavar=('W', 'H'))
     parser.add_argument('--decode-rounds', type=int, default=5,
-                        help='passes per decode setting (alternating)')
+                        help='processes per decode setting (rounds, the '
+                        'order rotated)')
+    parser.add_argument('--decode-passes', type=int, default=3,
+                        help='timed passes in each process')
     parser.add_argument('--decode-quality', type=int, nargs='+',
                         default=(92, 75),
                         help='JPEG qualities of the decode comparison')
@@ -320,6 +399,11 @@ def main() -> None:
     parser.add_argument('--stages', action='store_true',
                         help='also time each transform of the decode '
                         'comparison\'s pipeline (ms per pair)')
+    # one setting measured in this process (run by the comparison)
+    parser.add_argument('--decode-child', choices=list(SETTINGS) +
+                        list(CODEC),
+                        help=argparse.SUPPRESS)
+    parser.add_argument('--decode-root', help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.chdir(REPO_ROOT)  # the demo's data_root is relative to the repo
     os.environ.setdefault('OMP_NUM_THREADS', '1')
@@ -327,6 +411,12 @@ def main() -> None:
     from mmengine.registry import init_default_scope
     import mmsafe  # noqa: F401  (registers the paired dataset/transforms)
     init_default_scope('mmdet')
+    if args.decode_child in CODEC:
+        codec_child(args)
+        return
+    if args.decode_child:
+        decode_child(args)
+        return
     cfg = Config.fromfile(DEMO_CONFIG)
     base = cfg.train_dataloader.to_dict()
     print(f'machine: {machine()}')
@@ -353,9 +443,7 @@ def main() -> None:
         measure(f'{args.large} synthetic {w}x{h} pairs', large,
                 args.workers, args.rounds, args.batches)
     if args.decode > 0:
-        measure_decode(args.decode, args.decode_size, args.decode_rounds,
-                       args.data_dir, args.decode_quality, args.stages,
-                       args.ir_color_type)
+        measure_decode(args.decode, args.decode_size, args)
     print(f'\nuptime after: {uptime()}')
 
 
