@@ -1,8 +1,9 @@
 """``KeepFreedMemory``: a loading process reuses the memory it frees.
 
 The fault: glibc gives an image's buffers back to the kernel when they are
-freed, so each pair of the LLVIP recipe's pipeline (1280x1024 JPEGs
-decoded at 1/2) faults ~1,000 fresh pages in. With the recipe's
+freed, so each pair of the LLVIP recipe's train pipeline decoding its
+1280x1024 JPEGs at full size faults ~1,950 fresh pages in (at 1/2, ~1,000
+with OpenCV 4.x). With the recipe's
 ``KeepFreedMemory`` step the process that runs the pipeline (main process,
 fork- or spawn-started DataLoader worker) stops doing so, and its samples
 are those of the pipeline without the step. Measured in fresh processes:
@@ -24,7 +25,7 @@ from tests.utils import run_command
 
 SYNTH = dict(num_train=2, num_test=1, img_size=(1280, 1024), seed=0,
              max_people=4, empty_ratio=0.0, person_height=(60, 500))
-#: an image's buffers faulted in anew: ~1,000 faults per reduced pair
+#: an image's buffers faulted in anew: ~1,950 faults per pair
 FAULTING = 400
 #: reused: next to none (a few pages of Python objects)
 REUSED = 60
