@@ -30,9 +30,7 @@ train_pipeline = [
     dict(type='LoadAnnotations', with_bbox=True),
     dict(type='PairedResize', scale=img_scale, keep_ratio=True),
     dict(type='PairedRandomFlip', prob=0.5),
-    dict(type='PackPairedDetInputs'),
-    # the recipe's: loading processes reuse the memory they free
-    dict(type='KeepFreedMemory')
+    dict(type='PackPairedDetInputs')
 ]
 test_pipeline = [
     dict(type='LoadPairedImageFromFile'),
@@ -41,8 +39,7 @@ test_pipeline = [
     dict(
         type='PackPairedDetInputs',
         meta_keys=('img_id', 'img_path', 'ir_img_path', 'ori_shape',
-                   'img_shape', 'scale_factor')),
-    dict(type='KeepFreedMemory')
+                   'img_shape', 'scale_factor'))
 ]
 
 train_dataloader = dict(

@@ -1,12 +1,13 @@
 """A healthy run is the run it would have been without mmsafe.
 
 The real demo detector (dual-stream Faster R-CNN + MACL) trains from the
-same seed twice: with every guard of ``configs/_base_/safety_runtime.py``
-and mmsafe's optim wrapper ("on"), and with no mmsafe hook, MMEngine's
-plain wrapper and the demo's pipelines without their ``KeepFreedMemory``
-step ("off"). The final weights must be ``torch.equal``: single
-process and 2-rank gloo DDP, fp32 and CPU AMP, the loader probe on with and
-without DataLoader workers. Half of the synthetic images hold no person, so
+same seed twice: with every guard of ``configs/_base_/safety_runtime.py``,
+mmsafe's optim wrapper and the LLVIP recipe's ``KeepFreedMemory`` step at
+the end of the demo's pipelines ("on"), and with no mmsafe hook, MMEngine's
+plain wrapper and the demo's pipelines as they are ("off"). The final
+weights must be ``torch.equal``: single process and 2-rank gloo DDP, fp32
+and CPU AMP, the loader probe on with and without DataLoader workers.
+Half of the synthetic images hold no person, so
 background-only batches occur (asserted), and they must train as MMEngine
 trains them.
 
@@ -62,8 +63,9 @@ custom_hooks = {hooks}
 GUARDS_ON = "_base_.custom_hooks + [dict(type='StepDumpHook'), " \
     "dict(type='CallCountHook')]"
 GUARDS_OFF = "[dict(type='StepDumpHook')]"
-# Off: the demo's pipelines without mmsafe's KeepFreedMemory step.
-PIPELINE_OFF = "[s for s in _base_.{} if s['type'] != 'KeepFreedMemory']"
+# On: the demo's pipelines with the LLVIP recipe's last step, KeepFreedMemory
+# (the loading processes reuse the memory they free); off: without it.
+PIPELINE_ON = "_base_.{} + [dict(type='KeepFreedMemory')]"
 KEEP_FREED_LOG = 'KeepFreedMemory: each process that runs this pipeline'
 
 MODES = {
@@ -88,7 +90,7 @@ def _run(tmp_path_factory, mode: str, guards: bool):
         max_iters=MAX_ITERS, log_interval=LOG_INTERVAL,
         optim_wrapper=wrapper_on if guards else wrapper_off,
         hooks=GUARDS_ON if guards else GUARDS_OFF,
-        **{name: f'_base_.{name}' if guards else PIPELINE_OFF.format(name)
+        **{name: PIPELINE_ON.format(name) if guards else f'_base_.{name}'
            for name in ('train_pipeline', 'test_pipeline')},
         # Off in a single process: MMEngine's own Runner, i.e. the run
         # without mmsafe. DDP on CPU needs SafeRunner's gloo start-up.

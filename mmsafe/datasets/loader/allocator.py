@@ -49,9 +49,8 @@ def _find_mallopt() -> Optional[Callable[[int, int], int]]:
         fn = libc.mallopt
     except (OSError, AttributeError):
         return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int)
-    fn.restype = ctypes.c_int
-    return fn
+    # int mallopt(int param, int value): ctypes' default int return
+    return lambda param, value: fn(ctypes.c_int(param), ctypes.c_int(value))
 
 
 def unavailable() -> Optional[str]:
