@@ -5,8 +5,9 @@
 #   torchrun --nproc_per_node=4 tools/train.py \
 #       configs/llvip/dual_faster_rcnn_r50_fpn_macl_llvip.py --launcher pytorch
 # The 1280x1024 JPEGs are decoded at 1/2 (reduced_decode in the dataset
-# base): ~2.5x the pairs/s per loader worker (benchmarks/README.md, 4b),
-# same boxes, scale_factor and metrics as a full decode + resize.
+# base) and the loading processes reuse the memory they free
+# (KeepFreedMemory): ~2.5x the pairs/s per loader worker of a full decode +
+# resize (benchmarks/README.md, 4b), same boxes, scale_factor and metrics.
 _base_ = [
     '../_base_/models/dual_faster_rcnn_r50_fpn.py',
     '../_base_/datasets/llvip.py',

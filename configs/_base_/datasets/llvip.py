@@ -9,10 +9,11 @@ dataset_type = 'LLVIPDataset'
 data_root = 'data/LLVIP/'
 backend_args = None
 img_scale = (640, 512)  # half of LLVIP's 1280x1024
-# JPEGs are decoded at 1/2 straight to 640x512 (libjpeg's DCT scaling: the
-# whole train pipeline ~2.5x the pairs/s per loader worker of a full decode
-# + resize, ~1.7x where page faults are cheap; benchmarks/README.md, 4b);
+# JPEGs are decoded at 1/2 straight to 640x512 (libjpeg's DCT scaling);
 # ori_shape, scale_factor and the boxes stay those of the 1280x1024 files.
+# Per loader worker (synthetic JPEGs, each setting in its own process;
+# benchmarks/README.md, 4b): ~1.65x the pairs/s of a full decode + resize,
+# ~2.5x together with the KeepFreedMemory step at the end of the pipelines.
 # Must match the PairedResize below; set it to None when resizing to full
 # resolution.
 reduced_decode = dict(scale=img_scale, keep_ratio=True)
