@@ -7,7 +7,6 @@ named (the page faults tell whether KeepFreedMemory was active)."""
 import re
 import sys
 
-
 from mmsafe.datasets.loader import allocator
 from tests.utils import run_command
 
