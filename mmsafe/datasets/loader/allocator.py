@@ -8,8 +8,8 @@ itself up to 32 MiB as such blocks are freed) with fresh mappings, and
 gives the top of its heap back to the kernel as soon as more than its trim
 threshold (twice the mmap threshold) is free there. Either way the next
 sample's buffers are new zero-filled pages, each faulted in on first write
-(on a virtual machine about 2.5 us per 4 KiB page: ~1,000 faults per pair
-of 640x512 images, ~2,000 per pair of 1280x1024 ones).
+(on a virtual machine about 2.5 us per 4 KiB page: ~2,000 faults per pair
+of 1280x1024 images, ~1,000 per pair decoded at 1/2 with OpenCV 4.x).
 
 :func:`keep_freed_memory` fixes both thresholds (``mallopt``), so that
 freed buffers stay in the heap and are reused: the process's peak memory

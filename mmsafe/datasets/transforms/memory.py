@@ -22,9 +22,9 @@ class KeepFreedMemory(BaseTransform):
 
     Without it, glibc gives an image's buffers back to the kernel when they
     are freed, and the next sample faults fresh pages in for its decode,
-    resize and packing (~1,000 page faults per pair of 640x512 images,
-    ~2,000 at 1280x1024; a third of a worker's time on a virtual machine,
-    ``benchmarks/README.md``). With it, the process's peak memory is what
+    resize and packing (~2,000 page faults per pair of 1280x1024 images,
+    ~1,000 per pair decoded at 1/2 with OpenCV 4.x; a third of a worker's
+    time on a virtual machine, ``benchmarks/README.md``). With it, the process's peak memory is what
     it was; it stops shrinking back by more than ``trim_threshold_mb``.
 
     It acts once per process, on that process's first sample, through
