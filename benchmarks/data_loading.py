@@ -27,11 +27,16 @@ fresh process of its own per round (``--decode-rounds``, the order of the
 settings rotated), as each training's workers run one setting: what a
 process ran before changes its allocator's state, hence its page faults.
 Rates are the medians over the rounds of each process's median pass
-(``--decode-passes``, after a first untimed pass).
+(``--decode-passes``, after a first untimed pass). ``--decode-data DIR``
+runs the same comparison on the first ``--decode`` train pairs of a real
+tree in LLVIP's layout (``visible/train``, ``infrared/train``,
+``Annotations``) instead, its JPEGs as they are stored.
 
     python benchmarks/data_loading.py
     python benchmarks/data_loading.py --rounds 2 --batches 20 --large 100
     python benchmarks/data_loading.py --large 0 --rounds 0 --decode 40
+    python benchmarks/data_loading.py --large 0 --rounds 0 --decode 500 \
+        --decode-data data/LLVIP/
 
 Each rate is given by the wall clock and by the measuring process's CPU
 time (less exposed to the other processes of a shared machine), with the
@@ -152,9 +157,10 @@ def decode_pass(dataset) -> tuple:
 
 
 def decode_dataset(root: str, reduced: bool, keep: bool,
-                   ir_color_type: str = None):
-    """The LLVIP recipe's training dataset on ``root``: its pipeline with
-    its ``reduced_decode`` or a full decode, with or without its
+                   ir_color_type: str = None, num: int = None):
+    """The LLVIP recipe's training dataset on ``root`` (its first ``num``
+    pairs, by file name, when given): its pipeline with its
+    ``reduced_decode`` or a full decode, with or without its
     ``KeepFreedMemory`` step (``ir_color_type``, when given, replaces the
     recipe's)."""
     from mmengine.config import Config
@@ -170,7 +176,8 @@ def decode_dataset(root: str, reduced: bool, keep: bool,
     return DATASETS.build(dict(
         type='LLVIPDataset', data_root=root, filter_cfg=None,
         data_prefix=dict(img='visible/train/', ir_img='infrared/train/',
-                         ann='Annotations/'), pipeline=pipeline))
+                         ann='Annotations/'), pipeline=pipeline,
+        indices=num))
 
 
 def decode_child(args) -> None:
@@ -186,10 +193,10 @@ def decode_child(args) -> None:
     cv2.setNumThreads(0)
     reduced, keep = SETTINGS[args.decode_child]
     dataset = decode_dataset(args.decode_root, reduced, keep,
-                             args.ir_color_type)
+                             args.ir_color_type, args.decode)
     decode_pass(dataset)
     passes = [decode_pass(dataset) for _ in range(args.decode_passes)]
-    out = dict(wall=median([p[0] for p in passes]),
+    out = dict(pairs=len(dataset), wall=median([p[0] for p in passes]),
                cpu=median([p[1] for p in passes]),
                faults=median([p[2] for p in passes]))
     if args.stages:
@@ -203,7 +210,8 @@ def run_child(setting: str, root: str, args) -> dict:
     import json
     import subprocess
     cmd = [sys.executable, osp.abspath(__file__), '--decode-child', setting,
-           '--decode-root', root, '--decode-passes', str(args.decode_passes)]
+           '--decode-root', root, '--decode-passes', str(args.decode_passes),
+           '--decode', str(args.decode)]
     if args.ir_color_type is not None and setting in SETTINGS:
         cmd += ['--ir-color-type', args.ir_color_type]
     if args.stages and setting in SETTINGS:
@@ -241,37 +249,60 @@ def jpeg_tree(src: str, quality: int) -> str:
     return dst
 
 
-def bits_per_pixel(root: str, size) -> float:
-    folder = osp.join(root, 'visible', 'train')
-    sizes = [osp.getsize(osp.join(folder, n)) for n in os.listdir(folder)]
-    return 8 * median(sizes) / (size[0] * size[1])
+def train_files(root: str, modality: str, num: int) -> list:
+    """The first ``num`` train images of ``modality`` by file name (the
+    order of the dataset's pairs)."""
+    folder = osp.join(root, modality, 'train')
+    return [osp.join(folder, n) for n in sorted(os.listdir(folder))[:num]]
+
+
+def bits_per_pixel(root: str, num: int) -> tuple:
+    """Image size (W, H) of the first visible train image, and the median
+    bits per pixel of the first ``num`` visible and infrared images."""
+    from PIL import Image
+    files = {m: train_files(root, m, num) for m in ('visible', 'infrared')}
+    with Image.open(files['visible'][0]) as img:
+        w, h = img.size
+    return (w, h), {m: 8 * median([osp.getsize(f) for f in paths]) / (w * h)
+                    for m, paths in files.items()}
 
 
 def measure_decode(num: int, size, args) -> None:
     """Full vs reduced decoding through the LLVIP recipe's pipeline, with
     and without its ``KeepFreedMemory`` step: each setting in its own
     process per round (a process's allocator state depends on what it ran
-    before), the settings' order rotated from round to round."""
+    before), the settings' order rotated from round to round; on
+    synthetic JPEG pairs of ``size`` re-encoded at each quality, or on the
+    first ``num`` pairs of ``--decode-data``."""
     from mmengine.config import Config
-    from mmsafe.datasets import ensure_synthetic_llvip
     cfg = Config.fromfile(LLVIP_BASE)
-    w, h = size
-    src = osp.join(args.data_dir, f'llvip_{w}x{h}_{num}_jpeg') + '/'
-    start = time.perf_counter()
-    ensure_synthetic_llvip(src, num_train=num, num_test=2, img_size=(w, h),
-                           seed=0, person_height=(60, min(500, h - 8)))
-    roots = {q: jpeg_tree(src, q) for q in args.decode_quality}
-    print(f'\n({num} JPEG pairs of {w}x{h} ready at {src}_q* after '
-          f'{time.perf_counter() - start:.1f} s)')
+    if args.decode_data:
+        # a real tree, its files as they are stored
+        roots = {'files as stored': args.decode_data}
+    else:
+        from mmsafe.datasets import ensure_synthetic_llvip
+        w, h = size
+        src = osp.join(args.data_dir, f'llvip_{w}x{h}_{num}_jpeg') + '/'
+        start = time.perf_counter()
+        ensure_synthetic_llvip(src, num_train=num, num_test=2,
+                               img_size=(w, h), seed=0,
+                               person_height=(60, min(500, h - 8)))
+        roots = {f'JPEG quality {q}': jpeg_tree(src, q)
+                 for q in args.decode_quality}
+        print(f'\n({num} synthetic JPEG pairs of {w}x{h} ready at {src}_q* '
+              f'after {time.perf_counter() - start:.1f} s)')
     scale = cfg.reduced_decode['scale']
     names = list(SETTINGS)
-    for q, root in roots.items():
-        bpp = bits_per_pixel(root, size)
+    for files, root in roots.items():
+        (w, h), bpp = bits_per_pixel(root, num)
+        pairs = min(num, len(train_files(root, 'visible', num)))
+        where = f' from {root}' if args.decode_data else ''
         ir = '' if args.ir_color_type is None else \
             f', ir_color_type={args.ir_color_type!r}'
         print(f'\n== full vs reduced JPEG decode: LLVIP recipe train '
-              f'pipeline at {scale[0]}x{scale[1]}, {num} pairs of '
-              f'{w}x{h}, JPEG quality {q} ({bpp:.2f} bits/pixel), one '
+              f'pipeline at {scale[0]}x{scale[1]}, {pairs} pairs of '
+              f'{w}x{h}{where}, {files} ({bpp["visible"]:.2f} | '
+              f'{bpp["infrared"]:.2f} bits/pixel, visible | infrared), one '
               f'process per setting and round (one DataLoader worker\'s '
               f'work), {args.decode_rounds} rounds x {args.decode_passes} '
               f'passes{ir} ==')
@@ -280,6 +311,10 @@ def measure_decode(num: int, size, args) -> None:
             order = names[r % len(names):] + names[:r % len(names)]
             for name in (order if r % 2 == 0 else order[::-1]):
                 runs[name].append(run_child(name, root, args))
+        measured = {x['pairs'] for n in names for x in runs[n]}
+        if measured != {pairs}:
+            raise RuntimeError(f'the measuring processes ran {measured} '
+                               f'pairs, not {pairs}')
         rate = {n: {k: median([x[k] for x in runs[n]])
                     for k in ('wall', 'cpu', 'faults')} for n in names}
         width = max(len(n) for n in names)
@@ -337,11 +372,9 @@ def codec_child(args) -> None:
     keep_freed_memory()
     cv2.setNumThreads(0)
     scale = tuple(Config.fromfile(LLVIP_BASE).reduced_decode['scale'])
-    bufs = []
-    for modality in ('visible', 'infrared'):
-        folder = osp.join(args.decode_root, modality, 'train')
-        bufs += [np.fromfile(osp.join(folder, n), np.uint8)
-                 for n in sorted(os.listdir(folder))]
+    bufs = [np.fromfile(path, np.uint8)
+            for modality in ('visible', 'infrared')
+            for path in train_files(args.decode_root, modality, args.decode)]
 
     def full(buf):
         cv2.resize(cv2.imdecode(buf, cv2.IMREAD_COLOR), scale,
@@ -388,6 +421,11 @@ def main() -> None:
                         'order rotated)')
     parser.add_argument('--decode-passes', type=int, default=3,
                         help='timed passes in each process')
+    parser.add_argument('--decode-data', metavar='DIR',
+                        help='decode comparison on the first --decode train '
+                        'pairs of this tree in LLVIP\'s layout (e.g. '
+                        'data/LLVIP/), its JPEGs as stored, instead of '
+                        'synthetic ones')
     parser.add_argument('--decode-quality', type=int, nargs='+',
                         default=(92, 75),
                         help='JPEG qualities of the decode comparison')
@@ -405,6 +443,11 @@ def main() -> None:
                         help=argparse.SUPPRESS)
     parser.add_argument('--decode-root', help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.decode_data and not osp.isdir(
+            osp.join(args.decode_data, 'visible', 'train')):
+        parser.error(f'--decode-data {args.decode_data}: no visible/train '
+                     'folder there (LLVIP\'s layout: visible/train, '
+                     'infrared/train, Annotations)')
     os.chdir(REPO_ROOT)  # the demo's data_root is relative to the repo
     os.environ.setdefault('OMP_NUM_THREADS', '1')
     from mmengine.config import Config

@@ -1,12 +1,16 @@
 """``benchmarks/data_loading.py --stages``: each decode setting measured in
 its own process, the time of a pair transform by transform for each, the
 rates by CPU time with the page faults per pair, ``--ir-color-type`` in
-every setting. Timings are never asserted (they belong to
-benchmarks/README.md); what is asserted is that each setting ran as
-named (the page faults tell whether KeepFreedMemory was active)."""
+every setting, on the first pairs of a given tree (``--decode-data``, as a
+user runs it on real LLVIP files). Timings are never asserted (they belong
+to benchmarks/README.md); what is asserted is that each setting ran as
+named (the page faults tell whether KeepFreedMemory was active). The
+synthetic JPEG trees the script makes are run by
+tests/test_benchmarks_smoke.py."""
 import re
 import sys
 
+from mmsafe.datasets import ensure_synthetic_llvip
 from mmsafe.datasets.loader import allocator
 from tests.utils import run_command
 
@@ -18,17 +22,28 @@ SETTINGS = ('full decode', 'reduced decode', 'full decode + KeepFreedMemory',
 
 
 def test_stages_of_the_recipe_pipeline(tmp_path):
+    # a tree in LLVIP's layout with 3 pairs of LLVIP's size; the first 2
+    # (by file name) are measured
+    tree = str(tmp_path / 'tree') + '/'
+    ensure_synthetic_llvip(tree, num_train=3, num_test=1,
+                           img_size=(1280, 1024), seed=0)
     result = run_command([
         sys.executable, 'benchmarks/data_loading.py', '--rounds', '0',
         '--large', '0', '--decode', '2', '--decode-rounds', '1',
-        '--decode-passes', '1', '--decode-quality', '75', '--stages',
-        '--data-dir', str(tmp_path), '--ir-color-type', 'grayscale'
+        '--decode-passes', '1', '--decode-data', tree, '--stages',
+        '--data-dir', str(tmp_path / 'unused'), '--ir-color-type',
+        'grayscale'
     ], timeout=300)
     assert not result.timed_out and result.returncode == 0, result
     out = result.output
-    # every setting decodes the infrared images as asked
-    assert re.search(r"JPEG quality 75 \(.*, 1 rounds x 1 passes, "
-                     r"ir_color_type='grayscale' ==", out), out[-3000:]
+    # the given tree's files as they are (nothing synthetic made), the
+    # first 2 pairs; every setting decodes the infrared images as asked
+    assert re.search(rf"at 640x512, 2 pairs of 1280x1024 from "
+                     rf"{re.escape(tree)}, files as stored \({NUMBER} \| "
+                     rf"{NUMBER} bits/pixel, visible \| infrared\), .*, 1 "
+                     r"rounds x 1 passes, ir_color_type='grayscale' ==",
+                     out), out[-3000:]
+    assert not (tmp_path / 'unused').exists()
     faults = {}
     for setting in SETTINGS:
         match = re.search(
