@@ -69,3 +69,13 @@ def test_stages_of_the_recipe_pipeline(tmp_path):
                      rf'resize {NUMBER}, reduced decode {NUMBER} images/s',
                      out), out[-3000:]
     assert 'uptime after:' in out
+
+
+def test_decode_data_without_llvip_layout_is_refused(tmp_path):
+    (tmp_path / 'visible').mkdir()  # no visible/train folder
+    result = run_command([
+        sys.executable, 'benchmarks/data_loading.py', '--rounds', '0',
+        '--large', '0', '--decode-data', str(tmp_path)], timeout=120)
+    assert not result.timed_out and result.returncode == 2, result
+    assert f'--decode-data {tmp_path}: no visible/train folder there' in \
+        result.output, result.output[-2000:]
