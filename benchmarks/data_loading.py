@@ -295,7 +295,7 @@ def measure_decode(num: int, size, args) -> None:
     names = list(SETTINGS)
     for files, root in roots.items():
         (w, h), bpp = bits_per_pixel(root, num)
-        pairs = min(num, len(train_files(root, 'visible', num)))
+        pairs = len(train_files(root, 'visible', num))
         where = f' from {root}' if args.decode_data else ''
         ir = '' if args.ir_color_type is None else \
             f', ir_color_type={args.ir_color_type!r}'
