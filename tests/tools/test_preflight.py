@@ -230,6 +230,30 @@ def test_broken_setting_gives_its_error_row(cli, healthy, tmp_path, modify,
                for r in rows), report.format_text()
 
 
+def test_top_level_data_root_from_cfg_options_is_explained(
+        cli, tmp_path, llvip_tree):
+    """``--cfg-options data_root=...`` does not move datasets whose
+    data_root the config file already filled in: the error says why."""
+    config = healthy_config(str(tmp_path), str(tmp_path / 'not_here'))
+    report = preflight(cli, config, str(tmp_path / 'work'),
+                       args=['--cfg-options', f'data_root={llvip_tree}/'])
+    rows = error_rows(report, 'data')
+    assert {r.where for r in rows} == {'train_dataloader.dataset.data_root',
+                                       'val_dataloader.dataset.data_root'}
+    for row in rows:
+        assert f"{tmp_path / 'not_here'}/" in row.what, row
+        assert f"top-level data_root is '{llvip_tree}/', which exists" in \
+            row.fix and '--cfg-options data_root=... does not reach' in \
+            row.fix, row
+    # a top-level data_root that is the dataset's own, or does not exist,
+    # is not mentioned
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    assert all('top-level' not in r.fix for r in error_rows(report, 'data'))
+    report = preflight(cli, config, str(tmp_path / 'work'), args=[
+        '--cfg-options', f"data_root={tmp_path / 'elsewhere'}/"])
+    assert all('top-level' not in r.fix for r in error_rows(report, 'data'))
+
+
 def test_healthy_config_has_none_of_those_rows(cli, healthy, tmp_path):
     report = preflight(cli, healthy, str(tmp_path / 'work'))
     assert not report.has_errors, report.format_text()

@@ -26,9 +26,23 @@ NAME = 'data'
 IMAGE_KEYS = ('img_path', 'ir_img_path')
 
 
-def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
+def _top_root_note(root: str, top: Any) -> str:
+    """Why an existing top-level ``data_root`` that differs from a
+    dataset's did not reach it (empty when it does not apply)."""
+    if not isinstance(top, str) or not top or top == root or \
+            not osp.isdir(top):
+        return ''
+    return (f'. The config\'s top-level data_root is {top!r}, which exists: '
+            'MMEngine copies a top-level data_root into the datasets when '
+            'it reads the config file, so a later --cfg-options '
+            'data_root=... does not reach them.')
+
+
+def _paths_rows(path: str, cfg: Dict,
+                top_root: Any = None) -> Tuple[List[CheckRow], bool]:
     """Rows about the files and folders a leaf dataset names; and whether
-    the dataset can be built (False: it would only fail on those files)."""
+    the dataset can be built (False: it would only fail on those files).
+    ``top_root``: the config's top-level ``data_root``."""
     rows: List[CheckRow] = []
     root = cfg.get('data_root', None)
     synthetic = cfg.get('synthetic', None)
@@ -43,7 +57,8 @@ def _paths_rows(path: str, cfg: Dict) -> Tuple[List[CheckRow], bool]:
                 'error', NAME, f'data_root {root!r} does not exist '
                 f'(absolute: {osp.abspath(root)}).', f'{path}.data_root',
                 'Put the dataset there, or point the config at it: '
-                f'--cfg-options {path}.data_root=/path/to/data'))
+                f'--cfg-options {path}.data_root=/path/to/data' +
+                _top_root_note(root, top_root)))
         return rows, False
     ann_file = cfg.get('ann_file', None)
     if isinstance(ann_file, str) and ann_file and \
@@ -213,7 +228,7 @@ def check_data_files(ctx: PreflightContext) -> Iterator[CheckRow]:
         seen[key] = name
         buildable = True
         for leaf_path, leaf in config_leaves(dataset_cfg, where):
-            rows, ok = _paths_rows(leaf_path, leaf)
+            rows, ok = _paths_rows(leaf_path, leaf, ctx.cfg.get('data_root'))
             buildable = buildable and ok
             yield from rows
         if not buildable:
