@@ -15,12 +15,47 @@ def load_config(config: str, launcher: str, cfg_options: Optional[dict],
     cfg.launcher = launcher
     if cfg_options is not None:
         cfg.merge_from_dict(cfg_options)
+        warn_unreached_data_root(cfg, cfg_options)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(config))[0])
     return cfg
+
+
+def warn_unreached_data_root(cfg, cfg_options: dict) -> list:
+    """Warn when ``--cfg-options data_root=X`` leaves the datasets on
+    another root: MMEngine fills the file's top-level ``data_root`` into
+    the datasets when it reads the file, so a later top-level value does
+    not reach them. Returns the datasets' ``path.data_root=value`` that
+    differ (nothing is changed)."""
+    if 'data_root' not in cfg_options:
+        return []
+    from mmsafe.datasets.walk import config_leaves
+    new = cfg_options['data_root']
+    stale = []
+    for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        loader = cfg.get(name, None)
+        dataset = loader.get('dataset', None) \
+            if isinstance(loader, dict) else None
+        if not isinstance(dataset, dict):
+            continue
+        for path, leaf in config_leaves(dataset, f'{name}.dataset'):
+            root = leaf.get('data_root', None)
+            if root is not None and root != new:
+                stale.append(f'{path}.data_root={root!r}')
+    if stale:
+        import logging
+
+        from mmsafe.events import log
+        keys = ' '.join(f'{s.split("=")[0]}={new}' for s in stale)
+        log(f'--cfg-options data_root={new!r} sets the top-level data_root '
+            'only: MMEngine filled the config file\'s data_root into the '
+            'datasets when it read the file, and they keep it: '
+            f'{", ".join(stale)}. To move them: --cfg-options {keys}',
+            logging.WARNING)
+    return stale
 
 
 def build_runner(cfg):
