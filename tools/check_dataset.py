@@ -81,10 +81,12 @@ def main(argv=None) -> int:
     from mmengine.runner import set_random_seed
 
     from mmsafe.tools_lib import dataset_check as dc
+    from mmsafe.tools_lib.cli import warn_unreached_data_root
 
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+        warn_unreached_data_root(cfg, args.cfg_options)
     set_random_seed(args.seed)
     if args.stats:
         from mmsafe.tools_lib.dataset_stats import run_stats

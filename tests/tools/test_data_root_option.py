@@ -73,3 +73,29 @@ def test_datasets_inside_wrappers_are_named():
     assert stale == ["train_dataloader.dataset.datasets[1].dataset."
                      "data_root='/old/'"], stale
     assert len(said) == 1
+
+
+def test_check_dataset_says_it_too(tmp_path):
+    """tools/check_dataset.py (where users first point a config at their
+    data) warns the same way before it reports the missing folder."""
+    import importlib.util
+    import textwrap
+    spec = importlib.util.spec_from_file_location(
+        'mmsafe_tools_check_dataset',
+        osp.join(REPO_ROOT, 'tools', 'check_dataset.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    config = tmp_path / 'cfg.py'
+    config.write_text(textwrap.dedent(f"""
+        data_root = {str(tmp_path / 'in_the_file') + '/'!r}
+        train_dataloader = dict(batch_size=1, dataset=dict(
+            type='LLVIPDataset', data_root=data_root, pipeline=[]))
+        """))
+    new = str(tmp_path / 'given') + '/'
+    code, said = logged(tool.main, [str(config), '--split', 'train',
+                                    '--no-progress', '--cfg-options',
+                                    f'data_root={new}'])
+    assert code != 0  # the file's root does not exist
+    assert len(said) == 1 and (
+        "train_dataloader.dataset.data_root="
+        f"'{tmp_path / 'in_the_file'}/'") in said[0], said
