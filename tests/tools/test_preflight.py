@@ -243,7 +243,7 @@ def test_top_level_data_root_from_cfg_options_is_explained(
     for row in rows:
         assert f"{tmp_path / 'not_here'}/" in row.what, row
         assert f"top-level data_root is '{llvip_tree}/', which exists" in \
-            row.fix and '--cfg-options data_root=... does not reach' in \
+            row.fix and '--cfg-options data_root=...) does not reach' in \
             row.fix, row
     # a top-level data_root that is the dataset's own, or does not exist,
     # is not mentioned

@@ -34,8 +34,9 @@ def _top_root_note(root: str, top: Any) -> str:
         return ''
     return (f'. The config\'s top-level data_root is {top!r}, which exists: '
             'MMEngine copies a top-level data_root into the datasets when '
-            'it reads the config file, so a later --cfg-options '
-            'data_root=... does not reach them.')
+            'it reads the file that defines them, so a later one (a child '
+            'config\'s, or --cfg-options data_root=...) does not reach '
+            'them.')
 
 
 def _paths_rows(path: str, cfg: Dict,
