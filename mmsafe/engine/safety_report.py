@@ -7,9 +7,8 @@ import traceback
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from mmengine.runner import BaseLoop
-
 from mmsafe.dist import get_rank, get_world_size
+from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, _jsonable
 
 # Section -> substrings of event kinds / counter (guard) names, tried in this
@@ -69,7 +68,6 @@ class SafetyReport:
               states: List[Dict[str, Any]],
               started: float) -> Dict[str, Any]:
         """The report: status, exception, progress, sections, counters."""
-        hub = runner.message_hub
         events = _read_events(runner.work_dir)
         names = [n for n in DISPLAY_ORDER
                  if n in dict(self.sections)] + [
@@ -107,14 +105,8 @@ class SafetyReport:
                 counters.setdefault(guard, {})[str(state['rank'])] = values
         for guard, per_rank in counters.items():
             summary[self.section_of(guard)]['counters'][guard] = per_rank
-        loop = getattr(runner, '_train_loop', None)
-        if isinstance(loop, BaseLoop):
-            # Completed iterations (the hub's 'iter' is the current index).
-            epoch, it, max_iters = loop.epoch, loop.iter, loop.max_iters
-        else:
-            epoch, it, max_iters = (hub.get_info('epoch'),
-                                    hub.get_info('iter'),
-                                    hub.get_info('max_iters'))
+        # completed iterations (the hub's 'iter' is the current index)
+        epoch, it, max_iters = train_progress(runner)
         report = OrderedDict(
             status=status,
             exception=None if exc is None else dict(

@@ -54,10 +54,14 @@ def test_train_writes_checkpoint_and_tensorboard_scalars(trained):
     assert any('pascal_voc/mAP' in k for k in keys), keys
 
 
-def test_test_py_evaluates_the_checkpoint(trained):
+def test_test_py_evaluates_the_checkpoint(trained, tmp_path):
+    """On a machine with the test split only: tools/test.py (every guard of
+    the demo on) must not build the training dataset."""
     _, work_dir, data_root = trained
     test_py = osp.join(REPO_ROOT, 'tools', 'test.py')
-    opts = shrink(data_root, epochs=None)
+    opts = shrink(data_root, epochs=None) + [
+        f'train_dataloader.dataset.data_root={tmp_path}/no_train_data/',
+        'train_dataloader.dataset.synthetic=None']
     result = run_command(
         [sys.executable, test_py, DEMO, osp.join(work_dir, 'epoch_1.pth'),
          '--work-dir', osp.join(work_dir, 'test'), '--cfg-options', *opts],

@@ -8,6 +8,7 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
+from mmsafe.engine.utils import train_progress
 from mmsafe.events import log, log_once, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
@@ -177,7 +178,7 @@ class EvalCoverageHook(Hook):
             write_event(runner.work_dir, 'eval_coverage', stage=stage,
                         metric=name, scored=scored,
                         dataset_size=dataset_size, processed=processed,
-                        held=held, iter=runner.iter)
+                        held=held, iter=train_progress(runner)[1])
             if scored != dataset_size:
                 problems.append(
                     f'{name} scored {scored} samples but the {stage} '
@@ -198,7 +199,8 @@ class EvalCoverageHook(Hook):
             self.num_errors += len(problems)
             message = 'EvalCoverageHook: ' + ' | '.join(problems)
             write_event(runner.work_dir, 'eval_coverage_error',
-                        stage=stage, problems=problems, iter=runner.iter)
+                        stage=stage, problems=problems,
+                        iter=train_progress(runner)[1])
             if self.policy == 'raise':
                 raise RuntimeError(
                     f'[mmsafe] (rank {get_rank()}) {message}. Set '
@@ -225,11 +227,12 @@ class EvalCoverageHook(Hook):
         if not same:
             return
         self.num_identical += 1
+        epoch, it, _ = train_progress(runner)
         update_counters('eval_coverage', identical=self.num_identical)
         write_event(runner.work_dir, 'eval_identical', metrics=scalars,
-                    iter=runner.iter, epoch=runner.epoch)
+                    iter=it, epoch=epoch)
         log(f'EvalCoverageHook: all {len(scalars)} metrics equal the '
             f'previous validation\'s exactly ({scalars}) at epoch '
-            f'{runner.epoch}, iteration {runner.iter}. The model may not be '
+            f'{epoch}, iteration {it}. The model may not be '
             'training (zero LR, frozen or skipped steps), or the evaluation '
             'may score a fixed subset or a cached result.', logging.WARNING)

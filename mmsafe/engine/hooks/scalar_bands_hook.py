@@ -12,6 +12,7 @@ from mmsafe.dist import (all_gather_object, all_reduce_sum,
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.runner import StopTraining
 from mmsafe.engine.scalar_band import Band
+from mmsafe.engine.utils import train_progress
 from mmsafe.events import log, update_counters, write_event
 
 STOP_VOTE = 'scalar_bands/stop'
@@ -160,7 +161,9 @@ class ScalarBandsHook(Hook):
                 values[f'val/{name}'] = float(value)
             except (TypeError, ValueError):
                 continue  # not a scalar (e.g. a per-class table)
-        self._check_values(runner, values, runner.iter, runner.epoch,
+        # 0 and 0 in a run that only evaluates (no training progress)
+        epoch, it, _ = train_progress(runner)
+        self._check_values(runner, values, it or 0, epoch or 0,
                            'validation')
         if not self._has_train_stop or not self._training:
             # A stop only means something inside a training run.
