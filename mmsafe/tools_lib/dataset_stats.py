@@ -2,8 +2,10 @@
 
 The engine of ``tools/check_dataset.py CONFIG --stats``. Every image is read
 as the config's loading transform reads it (its ``color_type`` /
-``ir_color_type``, decode backend and file backend), before any
-normalisation, in DataLoader worker processes. Each worker returns the
+``ir_color_type``, decode backend and file backend, and its
+``reduced_decode``: JPEGs decoded at the same 1/2, 1/4 or 1/8, one
+reduction per pair), before any normalisation, in DataLoader worker
+processes. Each worker returns the
 per-channel pixel count, sum and sum of squares of one pair as exact
 integers; the main process adds them up (streaming: memory does not grow
 with the dataset). Every pixel counts once, so images of different sizes
@@ -34,20 +36,26 @@ def loading_settings(dataset_cfg: dict) -> dict:
     """How the pipeline's first loading transform reads images.
 
     Returns:
-        dict: ``visible`` and ``infrared`` decode flags, ``imdecode_backend``
-        and ``backend_args``.
+        dict: ``visible`` and ``infrared`` decode flags, ``imdecode_backend``,
+        ``backend_args`` and ``reduced_decode`` (normalised, or None).
     """
+    from mmsafe.datasets.transforms.reduced_decode import \
+        check_reduced_decode_cfg
     # the first pipeline, outermost first: it may sit on a wrapper
     pipeline = next((node['pipeline'] for _, node in config_nodes(dataset_cfg)
                      if node.get('pipeline')), [])
     load = next((t for t in pipeline if isinstance(t, dict) and
                  'Load' in str(t.get('type', '')) and
                  'Image' in str(t.get('type', ''))), {})
+    flags = (load.get('color_type', 'color'),
+             load.get('ir_color_type', 'color'))
+    backend = load.get('imdecode_backend', 'cv2')
     return dict(
-        visible=load.get('color_type', 'color'),
-        infrared=load.get('ir_color_type', 'color'),
-        imdecode_backend=load.get('imdecode_backend', 'cv2'),
-        backend_args=load.get('backend_args', None))
+        visible=flags[0], infrared=flags[1], imdecode_backend=backend,
+        backend_args=load.get('backend_args', None),
+        reduced_decode=check_reduced_decode_cfg(
+            load.get('reduced_decode', None), 'dataset_stats', flags,
+            backend))
 
 
 class PairSumsDataset(Dataset):
@@ -65,12 +73,16 @@ class PairSumsDataset(Dataset):
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def _sums(self, path: str, flag: str) -> tuple:
+    def _sums(self, path: str, img_bytes: bytes, flag: str,
+              reduction: int) -> tuple:
         import mmcv
-        from mmengine import fileio
-        img = mmcv.imfrombytes(
-            fileio.get(path, backend_args=self.settings['backend_args']),
-            flag=flag, backend=self.settings['imdecode_backend'])
+
+        from mmsafe.datasets.transforms.reduced_decode import decode
+        if reduction > 1:
+            img, _ = decode(img_bytes, flag, reduction, 'dataset_stats', path)
+        else:
+            img = mmcv.imfrombytes(img_bytes, flag=flag,
+                                   backend=self.settings['imdecode_backend'])
         if img is None:
             raise OSError(f'dataset_stats: cannot decode {path}')
         pixels = img.reshape(-1, 1 if img.ndim == 2 else img.shape[2])
@@ -78,10 +90,19 @@ class PairSumsDataset(Dataset):
         return (pixels.shape[0], pixels.sum(0), (pixels * pixels).sum(0))
 
     def __getitem__(self, idx: int) -> dict:
-        vis, ir = self.pairs[idx]
-        return dict(
-            visible=self._sums(vis, self.settings['visible']),
-            infrared=self._sums(ir, self.settings['infrared']))
+        from mmengine import fileio
+
+        from mmsafe.datasets.transforms.reduced_decode import (
+            choose_reduction, image_size)
+        paths = dict(zip(MODALITIES, self.pairs[idx]))
+        data = {m: fileio.get(p, backend_args=self.settings['backend_args'])
+                for m, p in paths.items()}
+        reduced = self.settings.get('reduced_decode')
+        # one reduction for both images, as the paired loader chooses it
+        reduction = 1 if reduced is None else min(
+            choose_reduction(image_size(b), reduced) for b in data.values())
+        return {m: self._sums(paths[m], data[m], self.settings[m], reduction)
+                for m in MODALITIES}
 
 
 def _identity(x):
@@ -205,9 +226,11 @@ def run_stats(cfg, split: str = 'train', samples: Optional[int] = None,
     dataset, ds_cfg = build_split_dataset(cfg, split)
     indices = sample_indices(len(dataset), samples)
     pairs = pair_paths(dataset, indices)
-    stats = compute_stats(pairs, loading_settings(ds_cfg), workers=workers,
+    settings = loading_settings(ds_cfg)
+    stats = compute_stats(pairs, settings, workers=workers,
                           progress=progress)
-    stats.update(split=split, dataset_size=len(dataset))
+    stats.update(split=split, dataset_size=len(dataset),
+                 reduced_decode=settings['reduced_decode'])
     stats['config_lines'] = preprocessor_lines(stats, cfg)
     print(format_stats(stats), flush=True)
     if json_out:
@@ -220,8 +243,12 @@ def run_stats(cfg, split: str = 'train', samples: Optional[int] = None,
 
 def format_stats(stats: dict) -> str:
     """The statistics and the config lines, as printed."""
+    reduced = stats.get('reduced_decode')
+    how = '' if not reduced else (
+        '; JPEGs decoded reduced, as the loader\'s reduced_decode '
+        f'(scale {tuple(reduced["scale"])}) decodes them')
     head = (f'Per-channel statistics of the {stats.get("split", "")} images '
-            f'as loaded (before normalisation): {stats["pairs"]} of '
+            f'as loaded (before normalisation{how}): {stats["pairs"]} of '
             f'{stats.get("dataset_size", stats["pairs"])} pairs, '
             f'{stats["seconds"]:.1f} s.')
     lines = [head]

@@ -85,3 +85,42 @@ def test_stats_samples_use_evenly_spaced_pairs(tree, capsys):
     np.testing.assert_allclose(stats['visible']['std'], std, rtol=1e-9)
     assert stats['pairs'] == 3 and stats['dataset_size'] == 7
     assert '3 of 7 pairs' in capsys.readouterr().out
+
+
+def test_stats_follow_the_loaders_reduced_decode(tree, tmp_path, capsys):
+    """With ``reduced_decode`` the images are counted as the loader decodes
+    them: at 1/2 here (64x48 and 80x64 files for a 32x24 resize)."""
+    from mmengine.config import Config
+
+    from mmsafe.tools_lib.dataset_stats import run_stats
+    root, _ = tree
+    config = write_config(str(tmp_path / 'reduced.py'), f"""
+        _base_ = [{DEMO!r}]
+        train_dataloader = dict(dataset=dict(
+            data_root={root + '/'!r}, synthetic=None, filter_cfg=None,
+            pipeline=[
+                dict(type='LoadPairedImageFromFile',
+                     reduced_decode=dict(scale=(32, 24), keep_ratio=True)),
+                dict(type='LoadAnnotations', with_bbox=True),
+                dict(type='PairedResize', scale=(32, 24), keep_ratio=True),
+                dict(type='PackPairedDetInputs')]))
+        """)
+    stats = run_stats(Config.fromfile(config), 'train', workers=0,
+                      progress=False)
+    visible = sorted(glob.glob(osp.join(root, 'visible', 'train', '*.jpg')))
+    for modality, paths in (
+            ('visible', visible),
+            ('infrared', [p.replace('visible', 'infrared')
+                          for p in visible])):
+        pixels = np.concatenate([
+            cv2.imread(p, cv2.IMREAD_REDUCED_COLOR_2).reshape(-1, 3)
+            for p in paths]).astype(np.float64)
+        # 5 files of 32x24 and 2 of 40x32 once decoded
+        assert stats[modality]['pixels'] == len(pixels) == \
+            5 * 32 * 24 + 2 * 40 * 32
+        np.testing.assert_allclose(stats[modality]['mean'], pixels.mean(0),
+                                   rtol=1e-9)
+        np.testing.assert_allclose(stats[modality]['std'], pixels.std(0),
+                                   rtol=1e-9)
+    assert ("JPEGs decoded reduced, as the loader's reduced_decode (scale "
+            "(32, 24)) decodes them" in capsys.readouterr().out)
