@@ -8,6 +8,7 @@ kills whatever is still registered after each test. A command's timeout is
 also cut to the time left before the test's own pytest-timeout, so chained
 runs fail with their output instead of adding up past it.
 """
+import contextlib
 import fcntl
 import os
 import os.path as osp
@@ -18,7 +19,8 @@ import sys
 import tempfile
 import textwrap
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
+                    Set)
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TRAIN = osp.join(REPO_ROOT, 'tools', 'train.py')
@@ -207,3 +209,21 @@ def cpu_and_cuda() -> list:
     import torch
     return ['cpu', pytest.param('cuda', marks=pytest.mark.skipif(
         not torch.cuda.is_available(), reason='needs CUDA'))]
+
+
+@contextlib.contextmanager
+def logged_messages() -> Iterator[List[str]]:
+    """The messages MMEngine's current logger emits inside the block (the
+    list fills as they come; the handler is removed on exit)."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    messages: List[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)

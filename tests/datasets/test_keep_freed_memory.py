@@ -13,15 +13,13 @@ The training runs with and without the step are compared weight for weight
 in tests/engine/test_healthy_identity.py.
 """
 import json
-import logging
 import sys
 
 import pytest
 
-from mmengine.logging import MMLogger
 from mmsafe.datasets import ensure_synthetic_llvip
 from mmsafe.datasets.loader import allocator
-from tests.utils import run_command
+from tests.utils import logged_messages, run_command
 
 SYNTH = dict(num_train=2, num_test=1, img_size=(1280, 1024), seed=0,
              max_people=4, empty_ratio=0.0, person_height=(60, 500))
@@ -86,16 +84,8 @@ def test_without_glibc_it_says_so_and_changes_nothing(monkeypatch):
         raise AssertionError('mallopt called without glibc')
 
     monkeypatch.setattr(memory, 'keep_freed_memory', no_mallopt)
-    logger = MMLogger.get_current_instance()
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
-    try:
+    with logged_messages() as messages:
         step = TRANSFORMS.build(dict(type='KeepFreedMemory'))
-    finally:
-        logger.removeHandler(handler)
-    messages = [r.getMessage() for r in records]
     assert any('KeepFreedMemory does nothing here' in m
                and 'no glibc allocator' in m for m in messages), messages
     results = dict(img_path='a.jpg')

@@ -4,7 +4,6 @@ the LLVIP recipe's pipelines give the same boxes, ``scale_factor``,
 that decode to different sizes are refused; non-JPEG files fall back to a
 full decode, said once."""
 import copy
-import logging
 import os.path as osp
 
 import numpy as np
@@ -15,9 +14,9 @@ import mmsafe  # noqa: F401  (registers)
 from mmdet.registry import DATASETS, METRICS, TRANSFORMS
 from mmdet.structures.bbox import scale_boxes
 from mmengine.config import Config
-from mmengine.logging import MMLogger
 from mmsafe.datasets import ensure_synthetic_llvip
 from mmsafe.datasets.transforms import reduced_decode as rd
+from tests.utils import logged_messages
 from .tree import infrared_image, visible_image, write_img
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -192,20 +191,13 @@ def test_non_jpeg_falls_back_to_full_decode_said_once(tmp_path):
     ir = str(tmp_path / 'i.png')
     write_img(vis, visible_image(128, 96))
     write_img(ir, infrared_image(128, 96))
-    messages = []
-    handler = logging.Handler()
-    handler.emit = lambda record: messages.append(record.getMessage())
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
+    with logged_messages() as messages:
         for _ in range(3):
             out = load(dict(img_path=vis, ir_img_path=ir),
                        reduced_decode=REDUCED)
             assert out['img_shape'] == out['ori_shape'] == (96, 128)
             assert 'scale_factor' not in out and rd.DECODE_KEY not in out
             assert np.array_equal(out['img'], visible_image(128, 96))
-    finally:
-        logger.removeHandler(handler)
     said = [m for m in messages
             if 'PNG images cannot be decoded reduced' in m]
     assert len(said) == 1, messages

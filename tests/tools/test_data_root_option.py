@@ -3,29 +3,20 @@ tools/preflight.py): MMEngine fills a config file's top-level
 ``data_root`` into the datasets when it reads the file, so a later
 top-level value moves no dataset. mmsafe's tools say so, name the
 datasets' own keys and change nothing."""
-import logging
 import os.path as osp
 
 from mmengine.config import Config
-from mmengine.logging import MMLogger
 from mmsafe.tools_lib.cli import load_config, warn_unreached_data_root
 
-from tests.utils import REPO_ROOT
+from tests.utils import REPO_ROOT, logged_messages
 
 DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
 DEMO_ROOT = 'data/llvip_synthetic_demo/'
 
 
 def logged(fn, *args):
-    messages = []
-    handler = logging.Handler()
-    handler.emit = lambda record: messages.append(record.getMessage())
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
+    with logged_messages() as messages:
         out = fn(*args)
-    finally:
-        logger.removeHandler(handler)
     return out, [m for m in messages if 'sets the top-level data_root' in m]
 
 
