@@ -75,14 +75,9 @@ class PairSumsDataset(Dataset):
 
     def _sums(self, path: str, img_bytes: bytes, flag: str,
               reduction: int) -> tuple:
-        import mmcv
-
         from mmsafe.datasets.transforms.reduced_decode import decode
-        if reduction > 1:
-            img, _ = decode(img_bytes, flag, reduction, 'dataset_stats', path)
-        else:
-            img = mmcv.imfrombytes(img_bytes, flag=flag,
-                                   backend=self.settings['imdecode_backend'])
+        img, _ = decode(img_bytes, flag, reduction, 'dataset_stats', path,
+                        self.settings['imdecode_backend'])
         if img is None:
             raise OSError(f'dataset_stats: cannot decode {path}')
         pixels = img.reshape(-1, 1 if img.ndim == 2 else img.shape[2])
@@ -93,14 +88,14 @@ class PairSumsDataset(Dataset):
         from mmengine import fileio
 
         from mmsafe.datasets.transforms.reduced_decode import (
-            choose_reduction, image_size)
+            image_size, pair_reduction)
         paths = dict(zip(MODALITIES, self.pairs[idx]))
         data = {m: fileio.get(p, backend_args=self.settings['backend_args'])
                 for m, p in paths.items()}
         reduced = self.settings.get('reduced_decode')
         # one reduction for both images, as the paired loader chooses it
-        reduction = 1 if reduced is None else min(
-            choose_reduction(image_size(b), reduced) for b in data.values())
+        reduction = 1 if reduced is None else pair_reduction(
+            [image_size(b) for b in data.values()], reduced)
         return {m: self._sums(paths[m], data[m], self.settings[m], reduction)
                 for m in MODALITIES}
 

@@ -11,9 +11,9 @@ from mmengine import fileio
 from mmdet.registry import TRANSFORMS
 from mmsafe.events import log
 from .geometry import BOTH, INFRARED_KEY, VISIBLE_KEY, log_step
-from .reduced_decode import (DECODE_KEY, check_reduced_decode_cfg,
-                             choose_reduction, decode, decoded_scale,
-                             image_size, scale_instances)
+from .reduced_decode import (DECODE_KEY, check_reduced_decode_cfg, decode,
+                             decoded_scale, image_size, pair_reduction,
+                             scale_instances)
 
 SIZE_MISMATCH_POLICIES = ('error', 'resize')
 #: dtypes whose grey -> 3-channel conversion OpenCV copies bit for bit
@@ -114,13 +114,9 @@ class LoadPairedImageFromFile(LoadImageFromFile):
         """``(image, reduction used)``, or None with ``ignore_empty``."""
 
         def decode_image():
-            used = reduction
-            if reduction > 1:
-                img, used = decode(img_bytes, flag, reduction,
-                                   type(self).__name__, path)
-            else:
-                img = mmcv.imfrombytes(
-                    img_bytes, flag=flag, backend=self.imdecode_backend)
+            img, used = decode(img_bytes, flag, reduction,
+                               type(self).__name__, path,
+                               self.imdecode_backend)
             if img is None:
                 raise ValueError('the file could not be decoded as an image')
             return img, used
@@ -161,9 +157,8 @@ class LoadPairedImageFromFile(LoadImageFromFile):
             ir_size = self._size(ir_bytes, ir_path, 'infrared', pair)
             if vis_size is None or ir_size is None:
                 return None
-            # one reduction for both modalities
-            reduction = min(choose_reduction(vis_size, self.reduced_decode),
-                            choose_reduction(ir_size, self.reduced_decode))
+            reduction = pair_reduction((vis_size, ir_size),
+                                       self.reduced_decode)
         vis = self._decode(img_bytes, img_path, self.color_type, 'visible',
                            pair, reduction or 1)
         ir = self._decode(ir_bytes, ir_path, self.ir_color_type, 'infrared',

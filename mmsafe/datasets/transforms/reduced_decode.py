@@ -169,6 +169,12 @@ def choose_reduction(size: Sequence[int], cfg: dict) -> int:
     return 1
 
 
+def pair_reduction(sizes: Sequence[Sequence[int]], cfg: dict) -> int:
+    """One reduction for the images of a pair, ``sizes`` (w, h) each: the
+    largest that every one of them allows, so both decode to one size."""
+    return min(choose_reduction(size, cfg) for size in sizes)
+
+
 def _reducible(img_bytes: bytes) -> Optional[str]:
     """None when the bytes are an 8-bit JPEG, else the format's name."""
     if img_bytes[:3] != _JPEG_MAGIC:
@@ -182,8 +188,11 @@ def _reducible(img_bytes: bytes) -> Optional[str]:
 
 
 def decode(img_bytes: bytes, color_type: str, reduction: int, owner: str,
-           path: str) -> Tuple[Optional[np.ndarray], int]:
-    """Decode at ``1/reduction`` when the file allows it, else in full.
+           path: str,
+           backend: str = 'cv2') -> Tuple[Optional[np.ndarray], int]:
+    """Decode at ``1/reduction`` when the file allows it, else in full with
+    ``mmcv.imfrombytes`` and ``backend`` (a reduction above 1 needs 'cv2',
+    which :func:`check_reduced_decode_cfg` demands).
 
     Returns:
         tuple: the image (None when undecodable) and the reduction used.
@@ -199,7 +208,7 @@ def decode(img_bytes: bytes, color_type: str, reduction: int, owner: str,
             reduction = 1
     if reduction == 1:
         return mmcv.imfrombytes(img_bytes, flag=color_type,
-                                backend='cv2'), 1
+                                backend=backend), 1
     buf = np.frombuffer(img_bytes, np.uint8)
     return cv2.imdecode(buf, _REDUCED_FLAGS[color_type][reduction]), \
         reduction
