@@ -1,6 +1,7 @@
 """What ``tools/train.py`` and ``tools/test.py`` share: loading a config as
 MMDetection's tools do, building the runner, and a clean distributed end."""
 import contextlib
+import logging
 import os.path as osp
 from typing import Iterator, Optional
 
@@ -34,7 +35,7 @@ def warn_unreached_data_root(cfg, cfg_options: dict) -> list:
         return []
     from mmsafe.datasets.walk import config_leaves
     new = cfg_options['data_root']
-    stale = []
+    stale = []  # (key, the dataset's own root)
     for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         loader = cfg.get(name, None)
         dataset = loader.get('dataset', None) \
@@ -44,18 +45,16 @@ def warn_unreached_data_root(cfg, cfg_options: dict) -> list:
         for path, leaf in config_leaves(dataset, f'{name}.dataset'):
             root = leaf.get('data_root', None)
             if root is not None and root != new:
-                stale.append(f'{path}.data_root={root!r}')
+                stale.append((f'{path}.data_root', root))
     if stale:
-        import logging
-
         from mmsafe.events import log
-        keys = ' '.join(f'{s.split("=")[0]}={new}' for s in stale)
         log(f'--cfg-options data_root={new!r} sets the top-level data_root '
             'only: MMEngine filled the config file\'s data_root into the '
             'datasets when it read the file, and they keep it: '
-            f'{", ".join(stale)}. To move them: --cfg-options {keys}',
-            logging.WARNING)
-    return stale
+            + ', '.join(f'{key}={root!r}' for key, root in stale) +
+            '. To move them: --cfg-options '
+            + ' '.join(f'{key}={new}' for key, _ in stale), logging.WARNING)
+    return [f'{key}={root!r}' for key, root in stale]
 
 
 def build_runner(cfg):
