@@ -1,31 +1,48 @@
 #!/usr/bin/env bash
 # Create (or reuse) .venv and install mmsafe's stack, in order:
-#   torch -> mmcv (prebuilt wheel if one exists, else a source build with
-#   ops) -> mmengine, mmdet, tensorboard, test tools -> mmsafe (editable).
+#   torch -> numpy that this torch can use -> mmcv (OpenMMLab's prebuilt
+#   wheel if one exists, else a source build with ops, kept per torch build)
+#   -> mmengine, mmdet, tensorboard, test tools -> mmsafe (editable).
 # Idempotent: on a ready environment it only verifies and exits in seconds.
+# What to install is chosen by tools/setup_plan.py (shared with
+# tools/setup_env.bat): by default torch 2.1.2, the stack for which OpenMMLab
+# publishes prebuilt mmcv 2.1.0 (CUDA 12.1 build with an NVIDIA GPU, CPU build
+# otherwise; Python 3.12+ takes the oldest torch that has a wheel for it).
 #
 # Variables:
 #   MMSAFE_VENV          venv folder (default: <repo>/.venv)
 #   MMSAFE_PYTHON        interpreter used to create the venv (default python3)
-#   MMSAFE_TORCH         torch requirement (default: torch==2.13.0, which is
-#                        the CPU build on machines that carry it locally).
-#                        An already-installed torch is always kept.
-#   MMSAFE_TORCH_INDEX   extra index for torch, e.g. a CUDA or CPU wheel index
+#   MMSAFE_TORCH         torch requirement, e.g. torch==2.13.0 (default: see
+#                        above). An already-installed torch is always kept.
+#   MMSAFE_TORCH_INDEX   extra index for torch (a CUDA or CPU wheel index);
+#                        "none": PyPI only
 #   MMSAFE_MMCV_INDEX    prebuilt mmcv wheel index (find-links URL); "none"
-#                        skips the attempt. Default: OpenMMLab's index for
+#                        builds from source. Default: OpenMMLab's index for
 #                        this torch/CUDA, tried with short timeouts.
+#   MMSAFE_GPU           1/0: take the CUDA/CPU torch build (default: CUDA
+#                        when nvidia-smi lists a GPU)
+#   MMSAFE_CACHE_DIR     where source-built mmcv wheels are kept, one folder
+#                        per torch build (default ~/.cache/mmsafe)
 #   MMSAFE_FORCE=1       reinstall mmsafe's layer even when the stamp matches
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${MMSAFE_VENV:-$ROOT/.venv}"
 PY_BOOT="${MMSAFE_PYTHON:-python3}"
-TORCH_REQ="${MMSAFE_TORCH:-torch==2.13.0}"
+PLAN="$ROOT/tools/setup_plan.py"
 MMCV_REQ="mmcv==2.1.0"
 STAMP="$VENV/.mmsafe-setup"
+CONSTRAINTS="$VENV/mmsafe-constraints.txt"
 START=$(date +%s)
 
 say() { echo "[setup_env] $*"; }
+# KEY=VALUE lines of tools/setup_plan.py -> shell variables PLAN_KEY
+read_plan() {
+  local line
+  while IFS= read -r line; do
+    [ -n "$line" ] && printf -v "PLAN_${line%%=*}" '%s' "${line#*=}"
+  done
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating virtual environment at $VENV"
@@ -35,7 +52,7 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
 
 # Everything that decides what gets installed goes into the stamp.
-WANT="$(cat "$ROOT/setup.py" "$ROOT/requirements.txt" "$0" | sha256sum | cut -c1-16) $TORCH_REQ"
+WANT="$(cat "$ROOT/setup.py" "$ROOT/requirements.txt" "$0" "$PLAN" | sha256sum | cut -c1-16) ${MMSAFE_TORCH:-default}"
 if [ "${MMSAFE_FORCE:-0}" != 1 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
    && "$PY" -c "import mmsafe" >/dev/null 2>&1; then
   say "environment ready ($VENV), nothing to do ($(( $(date +%s) - START ))s)"
@@ -46,60 +63,91 @@ fi
 if "$PY" -c "import torch" >/dev/null 2>&1; then
   say "keeping installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
 else
-  say "installing $TORCH_REQ"
+  PLAN_NOTE=""; PLAN_TORCH_INDEX=""
+  read_plan < <("$PY" "$PLAN" torch)
+  [ -n "$PLAN_NOTE" ] && say "$PLAN_NOTE"
+  say "installing $PLAN_TORCH_REQ${PLAN_TORCH_INDEX:+ (extra index $PLAN_TORCH_INDEX)}"
   EXTRA=()
-  if [ -n "${MMSAFE_TORCH_INDEX:-}" ]; then EXTRA=(--extra-index-url "$MMSAFE_TORCH_INDEX"); fi
-  "${PIP[@]}" install "${EXTRA[@]}" "$TORCH_REQ"
+  if [ -n "$PLAN_TORCH_INDEX" ]; then EXTRA=(--extra-index-url "$PLAN_TORCH_INDEX"); fi
+  "${PIP[@]}" install "${EXTRA[@]}" "$PLAN_TORCH_REQ"
 fi
 
-# 2. mmcv with compiled ops.
-if "$PY" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" >/dev/null 2>&1; then
+# 2. numpy that this torch can exchange arrays with. A torch built against
+#    numpy 1.x (torch 2.1/2.2) cannot use numpy 2, and opencv >= 4.11 needs
+#    numpy 2: both are then held below 2 / 4.11 for every later install.
+: > "$CONSTRAINTS"
+"$PY" -c "import numpy" >/dev/null 2>&1 || "${PIP[@]}" install numpy
+if ! "$PY" "$PLAN" numpy; then
+  say "this torch was built against numpy 1.x: keeping numpy<2 and opencv<4.11"
+  printf '%s\n' 'numpy<2' 'opencv-python<4.11' 'opencv-python-headless<4.11' > "$CONSTRAINTS"
+  "${PIP[@]}" install -c "$CONSTRAINTS" "numpy<2"
+  "$PY" "$PLAN" numpy
+fi
+PIPC=("${PIP[@]}" install -c "$CONSTRAINTS")
+
+# 3. mmcv with compiled ops that run against THIS torch.
+MMCV_OK='import torch, mmcv; from mmcv.ops import nms
+assert mmcv.__version__ == "2.1.0", mmcv.__version__
+b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]])
+assert nms(b, torch.tensor([0.9, 0.8]), 0.5)[1].tolist() == [0]'
+if "$PY" -c "$MMCV_OK" >/dev/null 2>&1; then
   say "mmcv $("$PY" -c 'import mmcv; print(mmcv.__version__)') with ops already installed"
 else
-  "${PIP[@]}" install "setuptools<70" wheel ninja packaging
-  INDEX="${MMSAFE_MMCV_INDEX:-}"
-  if [ -z "$INDEX" ]; then
-    INDEX="$("$PY" - <<'PYEOF'
-import torch
-major_minor = '.'.join(torch.__version__.split('+')[0].split('.')[:2])
-cuda = torch.version.cuda
-tag = 'cu' + cuda.replace('.', '') if cuda else 'cpu'
-print(f'https://download.openmmlab.com/mmcv/dist/{tag}/torch{major_minor}/index.html')
-PYEOF
-)"
-  fi
+  "${PIPC[@]}" "setuptools<70" wheel ninja packaging
+  PLAN_NOTE=""
+  read_plan < <("$PY" "$PLAN" mmcv)
   GOT_WHEEL=0
-  if [ "$INDEX" != none ]; then
-    say "looking for a prebuilt $MMCV_REQ wheel at $INDEX (short timeouts)"
-    if timeout 90 "${PIP[@]}" install --only-binary=mmcv --no-deps --timeout 10 --retries 0 \
-         -f "$INDEX" "$MMCV_REQ" >/dev/null 2>&1 \
-       && "$PY" -c "import mmcv.ops" >/dev/null 2>&1; then
+  if [ "$PLAN_MMCV_INDEX" != none ]; then
+    say "looking for a prebuilt $MMCV_REQ wheel at $PLAN_MMCV_INDEX (short timeouts)"
+    if timeout 300 "${PIPC[@]}" --only-binary=mmcv --no-deps --timeout 10 --retries 0 \
+         -f "$PLAN_MMCV_INDEX" "$MMCV_REQ" >/dev/null 2>&1 \
+       && "$PY" -c "$MMCV_OK" >/dev/null 2>&1; then
       GOT_WHEEL=1
-      say "installed a prebuilt mmcv wheel"
+      say "installed OpenMMLab's prebuilt mmcv wheel"
     else
-      say "no prebuilt mmcv wheel for this torch; building from source"
+      say "no usable prebuilt mmcv wheel there"
     fi
+  elif [ -n "$PLAN_NOTE" ]; then
+    say "$PLAN_NOTE"
   fi
   if [ "$GOT_WHEEL" = 0 ]; then
-    JOBS="$(nproc 2>/dev/null || echo 2)"
-    say "building $MMCV_REQ with ops (MAX_JOBS=$JOBS; about 20 minutes on 2 cores the first time, instant when pip has the wheel cached)"
-    MMCV_WITH_OPS=1 MAX_JOBS="$JOBS" "${PIP[@]}" install --no-build-isolation "$MMCV_REQ"
+    WHEELS="$PLAN_MMCV_WHEEL_DIR"
+    # pip's own cache keys a built wheel by its source, not by the torch it
+    # was compiled against: builds are kept per torch build here instead.
+    if ls "$WHEELS"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
+      say "reusing the mmcv wheel built earlier for this torch ($WHEELS)"
+      "${PIPC[@]}" --no-deps --force-reinstall "$WHEELS"/mmcv-2.1.0-*.whl
+      if ! "$PY" -c "$MMCV_OK" >/dev/null 2>&1; then
+        say "that wheel does not work with this torch: building again"
+        rm -f "$WHEELS"/mmcv-2.1.0-*.whl
+      fi
+    fi
+    if ! ls "$WHEELS"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
+      JOBS="$(nproc 2>/dev/null || echo 2)"
+      say "building $MMCV_REQ with ops for torch $("$PY" -c 'import torch; print(torch.__version__)') (MAX_JOBS=$JOBS; 10-20 minutes on 2 cores, once per torch build)"
+      mkdir -p "$WHEELS"
+      MMCV_WITH_OPS=1 MAX_JOBS="$JOBS" "${PIP[@]}" wheel -c "$CONSTRAINTS" --no-deps \
+        --no-build-isolation --no-cache-dir -w "$WHEELS" "$MMCV_REQ"
+      "${PIPC[@]}" --no-deps --force-reinstall "$WHEELS"/mmcv-2.1.0-*.whl
+    fi
   fi
+  "$PY" -c "$MMCV_OK"
 fi
 
-# 3. The OpenMMLab detection stack, TensorBoard and test tools.
+# 4. The OpenMMLab detection stack, TensorBoard and test tools.
 say "installing mmengine, mmdet, tensorboard, test tools"
-"${PIP[@]}" install "mmengine==0.10.7" "mmdet==3.3.0" tensorboard pytest pytest-timeout pytest-xdist psutil
+"${PIPC[@]}" "mmengine==0.10.7" "mmdet==3.3.0" tensorboard pytest pytest-timeout pytest-xdist psutil
 
-# 4. mmsafe itself, editable; its requirements are all present by now.
+# 5. mmsafe itself, editable; its requirements are all present by now.
 "${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT"
 
+"$PY" "$PLAN" numpy
 "$PY" - <<'PYEOF'
-import mmcv, mmdet, mmengine, torch
+import mmcv, mmdet, mmengine, numpy, torch
 import mmsafe
-print(f'[setup_env] ok: torch {torch.__version__}, mmcv {mmcv.__version__}, '
-      f'mmengine {mmengine.__version__}, mmdet {mmdet.__version__}, '
-      f'mmsafe {mmsafe.__version__}')
+print(f'[setup_env] ok: torch {torch.__version__}, numpy {numpy.__version__}, '
+      f'mmcv {mmcv.__version__}, mmengine {mmengine.__version__}, '
+      f'mmdet {mmdet.__version__}, mmsafe {mmsafe.__version__}')
 PYEOF
 echo "$WANT" > "$STAMP"
 say "done in $(( $(date +%s) - START ))s"
