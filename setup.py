@@ -16,13 +16,27 @@ setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=find_packages(exclude=('tests', 'tests.*', 'configs', 'tools')),
+    # The supported stack (README, "Supported versions"): torch 2.1 (what
+    # OpenMMLab's prebuilt mmcv 2.1.0 wheels target) to the newest, numpy
+    # 1.x and 2.x. Python >= 3.8 is what the code's syntax and standard
+    # library need (measured with vermin) and where torch 2.1 starts.
     python_requires='>=3.8',
     install_requires=[
         'mmengine>=0.10,<1',
         'mmdet>=3.3,<3.4',
         'mmcv>=2.0.0,<2.2.0',
-        'torch',
+        'torch>=2.1',
+        'numpy>=1.22,<3',
         'tensorboard',
+    ],
+    classifiers=[
+        'Programming Language :: Python :: 3',
+        'Programming Language :: Python :: 3.8',
+        'Programming Language :: Python :: 3.9',
+        'Programming Language :: Python :: 3.10',
+        'Programming Language :: Python :: 3.11',
+        'Programming Language :: Python :: 3.12',
+        'Programming Language :: Python :: 3.13',
     ],
     extras_require={
         'tests': ['pytest', 'pytest-timeout', 'pytest-xdist', 'psutil'],

@@ -14,9 +14,20 @@ SETUP_HINT = ('Run `bash tools/setup_env.sh` from the mmsafe checkout '
               'MMCV_WITH_OPS=1 pip install --no-build-isolation '
               '"mmcv>=2.0.0,<2.2.0"`, then `pip install -e .`.')
 
+#: the Python versions the package's syntax and standard library need
+#: (measured with vermin) and that torch 2.1 starts from
+PYTHON_MIN = (3, 8)
+
+SUPPORTED = ('Supported: Python >= 3.8, torch >= 2.1 (2.1.2 is the default '
+             'set-up, with OpenMMLab\'s prebuilt mmcv), numpy 1.x or 2.x, '
+             'mmengine 0.10.x, mmcv 2.1.0, mmdet 3.3.x.')
+
 # (import name, pip requirement, minimum version inclusive, maximum exclusive)
+# The supported stack: torch 2.1 (what OpenMMLab's prebuilt mmcv 2.1.0
+# targets) up to the newest release, numpy 1.x and 2.x.
 REQUIREMENTS = (
-    ('torch', 'torch', None, None),
+    ('torch', 'torch>=2.1', '2.1.0', None),
+    ('numpy', 'numpy>=1.22,<3', '1.22.0', '3.0.0'),
     ('mmengine', 'mmengine>=0.10,<1', '0.10.0', '1.0.0'),
     ('mmcv', 'mmcv>=2.0.0,<2.2.0', '2.0.0', '2.2.0'),
     ('mmdet', 'mmdet>=3.3,<3.4', '3.3.0', '3.4.0'),
@@ -44,7 +55,12 @@ def check_dependencies() -> None:
         ImportError: when a dependency is absent, has the wrong version, or
             mmcv was installed without its compiled ops (``mmcv-lite``).
     """
+    import sys
     problems = []
+    if sys.version_info[:2] < PYTHON_MIN:
+        problems.append(
+            f'Python {sys.version.split()[0]} is too old: mmsafe needs '
+            f'Python >= {".".join(map(str, PYTHON_MIN))}')
     for module, requirement, low, high in REQUIREMENTS:
         if importlib.util.find_spec(module) is None:
             problems.append(f'{module} is not installed (need {requirement})')
@@ -55,7 +71,7 @@ def check_dependencies() -> None:
         base = Version(Version(found).base_version)
         if (low and base < Version(low)) or (high and base >= Version(high)):
             problems.append(
-                f'{module} {found} is installed but mmsafe needs '
+                f'{module} {found} is installed but mmsafe supports '
                 f'{requirement}')
     if not problems and importlib.util.find_spec('mmcv._ext') is None:
         problems.append(
@@ -64,4 +80,4 @@ def check_dependencies() -> None:
             'with MMCV_WITH_OPS=1')
     if problems:
         raise ImportError('mmsafe cannot be imported: ' + '; '.join(problems) +
-                          '. ' + SETUP_HINT)
+                          '. ' + SUPPORTED + ' ' + SETUP_HINT)

@@ -7,6 +7,7 @@ from .remote_weights import (WeightsUnavailableError,
 from .resume import (checkpoint_problem, find_latest_loadable_checkpoint,
                      record_resume)
 from .trust import (UntrustedCheckpointError, explain_refusals,
+                    load_checkpoint_file, register_local_weights_only_scheme,
                     trusted_checkpoint_globals)
 
 __all__ = [
@@ -14,6 +15,6 @@ __all__ = [
     'is_local_path', 'WeightsUnavailableError',
     'register_remote_weight_schemes', 'checkpoint_problem',
     'find_latest_loadable_checkpoint', 'record_resume',
-    'UntrustedCheckpointError', 'explain_refusals',
-    'trusted_checkpoint_globals'
+    'UntrustedCheckpointError', 'explain_refusals', 'load_checkpoint_file',
+    'register_local_weights_only_scheme', 'trusted_checkpoint_globals'
 ]

@@ -31,6 +31,8 @@ from urllib.parse import urlparse
 
 import torch
 
+from .trust import load_checkpoint_file
+
 #: environment variable: socket timeout of a weight download, in seconds
 TIMEOUT_ENV = 'MMSAFE_DOWNLOAD_TIMEOUT'
 DEFAULT_TIMEOUT = 15.0
@@ -196,9 +198,12 @@ def load_from_url_or_cache(filename: str, map_location: Any = None) -> Any:
     if not url.startswith(('http://', 'https://')):
         # open-mmlab:// entries may name a file under MMENGINE_HOME
         from mmengine.runner import checkpoint as mm_ckpt
-        return mm_ckpt.load_from_openmmlab(filename, map_location)
+        path = osp.join(mm_ckpt._get_mmengine_home(), url)
+        if not osp.isfile(path):
+            raise FileNotFoundError(f'{path} can not be found.')
+        return load_checkpoint_file(path, map_location)
     path = ensure_cached(url, name=filename)
-    checkpoint = torch.load(path, map_location=map_location)
+    checkpoint = load_checkpoint_file(path, map_location)
     if filename.startswith('mmcls://'):
         from mmengine.runner.checkpoint import _process_mmcls_checkpoint
         checkpoint = _process_mmcls_checkpoint(checkpoint)

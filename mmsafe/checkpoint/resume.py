@@ -15,11 +15,9 @@ import pickle
 import zipfile
 from typing import Any, List, Optional, Tuple
 
-import torch
-
 from mmsafe.events import log
 from .trust import (UntrustedCheckpointError, explain_refusal,
-                    refused_object, trusted_checkpoint_globals)
+                    load_checkpoint_file, refused_object)
 
 
 # --------------------------------------------------------------------------
@@ -42,9 +40,7 @@ def checkpoint_problem(path: str) -> Optional[str]:
                 bad = zf.testzip()
             if bad is not None:
                 return f'corrupt entry {bad!r} (CRC mismatch)'
-        with trusted_checkpoint_globals():
-            ckpt = torch.load(path, map_location='cpu', weights_only=True,
-                              mmap=mmap)
+        ckpt = load_checkpoint_file(path, map_location='cpu', mmap=mmap)
     except pickle.UnpicklingError as err:
         if refused_object(err) is not None:
             raise UntrustedCheckpointError(explain_refusal(path, err)) \

@@ -3,14 +3,18 @@
 PyTorch >= 2.6 loads with ``weights_only=True`` by default, and MMEngine
 0.10.x then fails on its own checkpoints (its message hub pickles
 ``HistoryBuffer`` objects holding numpy arrays, and the bound statistics
-methods of ``HistoryBuffer`` as ``getattr(HistoryBuffer, 'min')``). mmsafe
-never turns ``weights_only`` off. :func:`trusted_checkpoint_globals` allows
-exactly the objects that MMEngine / MMDetection checkpoints hold
-(:func:`allowed_globals`) while a checkpoint loads, and
-:func:`explain_refusals` turns a refusal of any other pickled object into
+methods of ``HistoryBuffer`` as ``getattr(HistoryBuffer, 'min')``). Older
+torch loads everything unrestricted by default. mmsafe loads weights-only on
+every torch: :func:`load_checkpoint_file` is ``torch.load(weights_only=True)``
+where torch can extend its allowlist (``add_safe_globals`` with
+``(object, name)`` pairs), and ``torch.load`` with mmsafe's weights-only
+unpickler (:mod:`.weights_unpickler`) elsewhere; both allow exactly the
+objects that MMEngine / MMDetection checkpoints hold
+(:func:`allowed_globals`) plus what :func:`trusted_checkpoint_globals` adds,
+and refuse the same payloads. :func:`explain_refusals` turns a refusal into
 :class:`UntrustedCheckpointError`, which names the object and the explicit
 opt-in. :class:`~mmsafe.engine.runner.SafeRunner` loads every checkpoint
-(``load_from``, ``resume``, pretrained ``init_cfg``) inside both.
+(``load_from``, ``resume``, pretrained ``init_cfg``) this way.
 
 Opt-in for extra trusted objects (dotted names, only for checkpoints you
 trust; ``weights_only`` stays on)::
@@ -26,6 +30,9 @@ import re
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
+
+from mmsafe.compat import native_safe_globals
+from . import weights_unpickler
 
 TRUSTED_GLOBALS_ENV = 'MMSAFE_TRUSTED_GLOBALS'
 TRUSTED_GLOBALS_CFG_KEY = 'mmsafe_trusted_globals'
@@ -103,9 +110,11 @@ def allowed_globals() -> List[Any]:
     Everything below was found by loading checkpoints of real runs: message
     hub buffers, numpy scalars, arrays and dtypes.
     """
+    import collections
+
     from mmengine.logging import HistoryBuffer
     return [HistoryBuffer, (_history_buffer_method, 'builtins.getattr'),
-            *_numpy_globals()]
+            collections.Counter, *_numpy_globals()]
 
 
 def _resolve_dotted(name: str) -> Any:
@@ -169,6 +178,13 @@ def trusted_checkpoint_globals(extra: Iterable[Any] = (),
     """
     items = [*allowed_globals(), *_env_trusted(), *_cfg_trusted(cfg),
              *extra]
+    _ACTIVE.append(items)
+    if not native_safe_globals():
+        try:
+            yield
+        finally:
+            _ACTIVE.remove(items)
+        return
     # torch's own safe_globals context removes its items on exit, even those
     # an enclosing context or the user added; restore the exact set instead.
     serialization = torch.serialization
@@ -177,8 +193,39 @@ def trusted_checkpoint_globals(extra: Iterable[Any] = (),
     try:
         yield
     finally:
+        _ACTIVE.remove(items)
         serialization.clear_safe_globals()
         serialization.add_safe_globals(saved)
+
+
+#: the item lists of the trusted_checkpoint_globals contexts now open
+_ACTIVE: List[List[Any]] = []
+
+
+def load_checkpoint_file(f: Any, map_location: Any = None,
+                         mmap: Optional[bool] = None) -> Any:
+    """``torch.load`` of ``f``, weights-only on every torch.
+
+    Allowed: torch's weights-only objects, :func:`allowed_globals`, the
+    trusted names of the environment, and what every open
+    :func:`trusted_checkpoint_globals` context adds (e.g. a config's
+    ``mmsafe_trusted_globals``).
+
+    Raises:
+        pickle.UnpicklingError: the file holds an object outside that set
+            (nothing of it ran); :func:`explain_refusals` names it.
+    """
+    with trusted_checkpoint_globals():
+        if native_safe_globals():
+            return torch.load(f, map_location=map_location,
+                              weights_only=True, mmap=mmap)
+        items = [item for active in _ACTIVE for item in active]
+        # This torch's weights_only allowlist cannot be extended: its
+        # torch.load takes mmsafe's weights-only unpickler instead.
+        return torch.load(
+            f, map_location=map_location, mmap=mmap,
+            pickle_module=weights_unpickler.pickle_module(
+                weights_unpickler.allowlist(items)))
 
 
 def _cfg_trusted(cfg: Any) -> List[Tuple[Any, str]]:
@@ -241,3 +288,24 @@ def explain_refusals(filename: str) -> Iterator[None]:
             raise
         raise UntrustedCheckpointError(explain_refusal(filename, err)) \
             from None
+
+
+def load_local_checkpoint(filename: str, map_location: Any = None) -> Any:
+    """MMEngine's ``load_from_local`` (the CheckpointLoader scheme of plain
+    paths), loading weights-only with :func:`load_checkpoint_file`."""
+    filename = os.path.expanduser(filename)
+    if not os.path.isfile(filename):
+        raise FileNotFoundError(f'{filename} can not be found.')
+    return load_checkpoint_file(filename, map_location)
+
+
+def register_local_weights_only_scheme() -> None:
+    """Register :func:`load_local_checkpoint` for local paths (the empty
+    prefix) through MMEngine's ``CheckpointLoader.register_scheme``, so
+    that ``load_from``, ``resume`` and pretrained weights from files load
+    weights-only on every torch (MMEngine's own loader calls a plain
+    ``torch.load``, unrestricted before torch 2.6). Idempotent;
+    :class:`~mmsafe.engine.runner.SafeRunner` calls it when it is built."""
+    from mmengine.runner import CheckpointLoader
+    CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint,
+                                     force=True)

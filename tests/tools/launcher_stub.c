@@ -10,11 +10,33 @@
  *   python -m venv DIR        creates DIR\Scripts\python.exe (this program)
  *                             and DIR\Scripts\activate.bat (a copy of
  *                             %MMSAFE_STUB_DIR%\activate.bat)
- *   python -c CODE            answers "import torch|mmcv|mmsafe" from the
- *                             marker files installed-<name> of its venv;
- *                             prints an mmcv wheel index URL when asked
- *   python -m pip install ... writes those markers; exits 1 when an argument
- *                             contains %MMSAFE_STUB_FAIL%
+ *   python -c CODE            answers "import torch|mmcv|mmsafe|numpy" from
+ *                             the marker files installed-<name> of its venv
+ *   python -m pip install ... writes those markers (and installed-numpy1 for
+ *                             "numpy<2"; an mmcv wheel file that is not empty
+ *                             stands for one built against another torch and
+ *                             installs no working mmcv); exits 1 when an
+ *                             argument contains %MMSAFE_STUB_FAIL% or a "-c"
+ *                             file is missing
+ *   python -m pip wheel ... -w DIR mmcv==2.1.0
+ *                             writes DIR\mmcv-2.1.0-cp311-cp311-win_amd64.whl
+ *                             (same failures)
+ *   python ...\setup_plan.py torch|mmcv|numpy
+ *                             answers as tools/setup_plan.py does, from fixed
+ *                             plans that these variables change:
+ *       torch: TORCH_REQ=%MMSAFE_STUB_PLAN_TORCH_REQ% (torch==2.1.2),
+ *              TORCH_INDEX=%MMSAFE_STUB_PLAN_TORCH_INDEX% (the PyTorch CPU
+ *              index; "none": empty), NOTE=%MMSAFE_STUB_PLAN_TORCH_NOTE%;
+ *              MMSAFE_TORCH and MMSAFE_TORCH_INDEX are returned unchanged
+ *              when MMSAFE_TORCH is set, as the real planner does
+ *       mmcv:  MMCV_INDEX=%MMSAFE_MMCV_INDEX%, else
+ *              %MMSAFE_STUB_PLAN_MMCV_INDEX% (OpenMMLab's cpu/torch2.1
+ *              index), NOTE=%MMSAFE_STUB_PLAN_MMCV_NOTE%, MMCV_WHEEL_DIR=
+ *              <MMSAFE_CACHE_DIR or %LOCALAPPDATA%\mmsafe>\wheels\
+ *              mmcv-2.1.0\torch2.1.2-cpuops-cp311; fails without torch
+ *       numpy: exits 1 without numpy, and with %MMSAFE_STUB_NUMPY1% set
+ *              until "numpy<2" is installed
+ *                             The script must exist, as python needs it.
  *   python tools\train.py ... exits %MMSAFE_STUB_TRAIN_RC% (default 0); when
  *                             non-zero, first writes a 60-line log in
  *                             <work dir>\20260101_000000\
@@ -74,7 +96,7 @@ static const char *env(const char *name) {
 static void record(const char *name) {
   static const char *keys[] = {"PYTHONUTF8", "PYTHONIOENCODING",
                                "VIRTUAL_ENV", "MMSAFE_STUB_CODEPAGE",
-                               "MMCV_WITH_OPS"};
+                               "MMCV_WITH_OPS", "MAX_JOBS"};
   char cwd[MAX_PATH];
   const char *path = env("MMSAFE_STUB_RECORD");
   FILE *f;
@@ -94,7 +116,7 @@ static void record(const char *name) {
   fputs("], \"cwd\": ", f); json_string(f, cwd);
   fputs(", \"exe\": ", f); json_string(f, exe);
   fputs(", \"env\": {", f);
-  for (i = 0; i < 5; i++) {
+  for (i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
     const char *v = env(keys[i]);
     if (i) fputs(", ", f);
     json_string(f, keys[i]); fputs(": ", f);
@@ -137,11 +159,102 @@ static int copy_failed(const char *src, const char *dst) {
   return 91;
 }
 
-static int python(void) {
-  static const char *modules[] = {"mmsafe", "mmcv", "torch"};
-  char path[MAX_PATH], src[MAX_PATH];
+static int installed(const char *module) {
+  char path[MAX_PATH], marker[64];
+  snprintf(marker, sizeof marker, "installed-%s", module);
+  venv_file(path, marker);
+  return GetFileAttributesA(path) != INVALID_FILE_ATTRIBUTES;
+}
+
+static void install(const char *module) {
+  char path[MAX_PATH], marker[64];
+  snprintf(marker, sizeof marker, "installed-%s", module);
+  venv_file(path, marker);
+  touch(path);
+}
+
+static int ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), m = strlen(tail);
+  return n >= m && !_stricmp(s + n - m, tail);
+}
+
+static const char *env_or(const char *name, const char *fallback) {
+  const char *v = env(name);
+  return v ? v : fallback;
+}
+
+/* tools\setup_plan.py, as tools/setup_env.bat sees it. */
+static int setup_plan(void) {
+  const char *what = argc >= 3 ? argv[2] : "";
+  if (GetFileAttributesA(argv[1]) == INVALID_FILE_ATTRIBUTES) {
+    fprintf(stderr, "python: can't open file '%s'\n", argv[1]);
+    return 2;
+  }
+  if (!strcmp(what, "torch")) {
+    const char *user = env("MMSAFE_TORCH");
+    const char *index = env("MMSAFE_TORCH_INDEX");
+    if (!user && !index) index = env_or("MMSAFE_STUB_PLAN_TORCH_INDEX",
+                                        "https://download.pytorch.org/whl/cpu");
+    if (index && !strcmp(index, "none")) index = NULL;
+    printf("TORCH_REQ=%s\n", user ? user : env_or(
+        "MMSAFE_STUB_PLAN_TORCH_REQ", "torch==2.1.2"));
+    printf("TORCH_INDEX=%s\n", index ? index : "");
+    printf("NOTE=%s\n", user ? "" : env_or("MMSAFE_STUB_PLAN_TORCH_NOTE", ""));
+    return 0;
+  }
+  if (!strcmp(what, "mmcv")) {
+    const char *cache = env("MMSAFE_CACHE_DIR");
+    if (!installed("torch")) {
+      fprintf(stderr, "ModuleNotFoundError: No module named 'torch'\n");
+      return 1;
+    }
+    printf("MMCV_INDEX=%s\n", env_or("MMSAFE_MMCV_INDEX", env_or(
+        "MMSAFE_STUB_PLAN_MMCV_INDEX", "https://download.openmmlab.com/"
+        "mmcv/dist/cpu/torch2.1/index.html")));
+    if (cache) printf("MMCV_WHEEL_DIR=%s", cache);
+    else printf("MMCV_WHEEL_DIR=%s\\mmsafe", env_or("LOCALAPPDATA", "C:"));
+    printf("\\wheels\\mmcv-2.1.0\\torch2.1.2-cpuops-cp311\n");
+    printf("NOTE=%s\n", env_or("MMSAFE_STUB_PLAN_MMCV_NOTE", ""));
+    return 0;
+  }
+  if (!strcmp(what, "numpy")) {
+    if (!installed("numpy")) {
+      fprintf(stderr, "ModuleNotFoundError: No module named 'numpy'\n");
+      return 1;
+    }
+    if (env("MMSAFE_STUB_NUMPY1") && !installed("numpy1")) {
+      puts("torch cannot use numpy: RuntimeError: Numpy is not available");
+      return 1;
+    }
+    return 0;
+  }
+  return 2;
+}
+
+/* pip install/wheel: an argument that contains %MMSAFE_STUB_FAIL% fails,
+   as does a constraints file ("-c FILE") that does not exist. */
+static int pip_fails(void) {
   const char *fail = env("MMSAFE_STUB_FAIL");
-  int i, j;
+  int i;
+  for (i = 4; i < argc; i++) {
+    if (fail && strstr(argv[i], fail)) {
+      fprintf(stderr, "ERROR: could not install %s (stand-in)\n", fail);
+      return 1;
+    }
+    if (!strcmp(argv[i], "-c") && (i + 1 == argc ||
+        GetFileAttributesA(argv[i + 1]) == INVALID_FILE_ATTRIBUTES)) {
+      fprintf(stderr, "ERROR: Could not open requirements file: %s\n",
+              i + 1 < argc ? argv[i + 1] : "(none)");
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int python(void) {
+  static const char *modules[] = {"mmsafe", "mmcv", "torch", "numpy"};
+  char path[MAX_PATH], src[MAX_PATH];
+  int i;
   if (argc >= 4 && !strcmp(argv[1], "-m") && !strcmp(argv[2], "venv")) {
     CreateDirectoryA(argv[3], NULL);
     snprintf(path, MAX_PATH, "%s\\Scripts", argv[3]);
@@ -152,19 +265,11 @@ static int python(void) {
     snprintf(path, MAX_PATH, "%s\\Scripts\\activate.bat", argv[3]);
     return CopyFileA(src, path, FALSE) ? 0 : copy_failed(src, path);
   }
+  if (argc >= 2 && ends_with(argv[1], "\\setup_plan.py")) return setup_plan();
   if (argc >= 3 && !strcmp(argv[1], "-c")) {
     const char *code = argv[2];
-    if (strstr(code, "download.openmmlab.com")) {
-      puts("https://download.openmmlab.com/mmcv/dist/cpu/torch2.13/"
-           "index.html");
-      return 0;
-    }
-    for (i = 0; i < 3; i++) {
-      char marker[64];
-      if (!imports(code, modules[i])) continue;
-      snprintf(marker, sizeof marker, "installed-%s", modules[i]);
-      venv_file(path, marker);
-      if (GetFileAttributesA(path) == INVALID_FILE_ATTRIBUTES) {
+    for (i = 0; i < 4; i++) {
+      if (imports(code, modules[i]) && !installed(modules[i])) {
         fprintf(stderr, "ModuleNotFoundError: No module named '%s'\n",
                 modules[i]);
         return 1;
@@ -175,23 +280,45 @@ static int python(void) {
   }
   if (argc >= 4 && !strcmp(argv[1], "-m") && !strcmp(argv[2], "pip") &&
       !strcmp(argv[3], "install")) {
+    if (pip_fails()) return 1;
     for (i = 4; i < argc; i++) {
-      if (fail && strstr(argv[i], fail)) {
-        fprintf(stderr, "ERROR: could not install %s (stand-in)\n", fail);
-        return 1;
+      const char *a = argv[i];
+      if (!strcmp(a, "-c")) i++;  /* the constraints file */
+      else if (!strcmp(a, "-e")) install("mmsafe");
+      else if (!strncmp(a, "mmcv==", 6)) install("mmcv");
+      else if (strstr(a, "mmcv-2.1.0-") && ends_with(a, ".whl")) {
+        WIN32_FILE_ATTRIBUTE_DATA d;
+        if (!GetFileAttributesExA(a, GetFileExInfoStandard, &d)) {
+          fprintf(stderr, "ERROR: %s does not exist (stand-in)\n", a);
+          return 1;
+        }
+        if (!d.nFileSizeLow && !d.nFileSizeHigh) install("mmcv");
+      }
+      else if (!strncmp(a, "torch", 5)) install("torch");
+      else if (!strncmp(a, "numpy", 5)) {
+        install("numpy");
+        if (!strcmp(a, "numpy<2")) install("numpy1");
       }
     }
-    for (i = 4; i < argc; i++) {
-      static const char *hints[] = {"-e", "mmcv==", "torch=="};
-      for (j = 0; j < 3; j++) {
-        char marker[64];
-        if (strncmp(argv[i], hints[j], strlen(hints[j]))) continue;
-        if (j == 0 && strcmp(argv[i], "-e")) continue;
-        snprintf(marker, sizeof marker, "installed-%s", modules[j]);
-        venv_file(path, marker);
-        touch(path);
-      }
+    return 0;
+  }
+  if (argc >= 4 && !strcmp(argv[1], "-m") && !strcmp(argv[2], "pip") &&
+      !strcmp(argv[3], "wheel")) {
+    FILE *f;
+    if (pip_fails()) return 1;
+    for (i = 4; i + 1 < argc && strcmp(argv[i], "-w"); i++) {}
+    if (i + 1 >= argc || strcmp(argv[argc - 1], "mmcv==2.1.0")) {
+      fprintf(stderr, "stand-in pip wheel: expected -w DIR ... mmcv==2.1.0\n");
+      return 94;
     }
+    CreateDirectoryA(argv[i + 1], NULL);
+    snprintf(path, MAX_PATH, "%s\\mmcv-2.1.0-cp311-cp311-win_amd64.whl",
+             argv[i + 1]);
+    if (!(f = fopen(path, "wb"))) {
+      fprintf(stderr, "stand-in pip wheel: cannot write %s\n", path);
+      return 1;
+    }
+    fclose(f);
     return 0;
   }
   if (argc >= 2 && !strcmp(argv[1], "tools\\train.py")) {
@@ -199,6 +326,7 @@ static int python(void) {
     int code = rc ? atoi(rc) : 0;
     if (code) {
       FILE *f;
+      int j;
       for (i = 2; i + 1 < argc && strcmp(argv[i], "--work-dir"); i++) {}
       snprintf(path, MAX_PATH, "%s\\20260101_000000", argv[i + 1]);
       CreateDirectoryA(argv[i + 1], NULL);

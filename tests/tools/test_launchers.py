@@ -69,12 +69,16 @@ class Sandbox:
         self.repo = osp.join(root, 'repo')
         os.makedirs(osp.join(self.repo, 'tools'))
         os.makedirs(self.stubs)
-        for name in ('train_with_tensorboard.bat', 'setup_env.bat'):
+        for name in ('train_with_tensorboard.bat', 'setup_env.bat',
+                     'setup_plan.py'):
             shutil.copy2(osp.join(REPO_ROOT, 'tools', name),
                          osp.join(self.repo, 'tools', name))
         for name in ('python.exe', 'powershell.exe'):
             shutil.copy2(wine.stub, osp.join(self.stubs, name))
         self.browser_record = osp.join(root, 'browser.txt')
+        # Built mmcv wheels are kept here, not in the wine prefix's
+        # %LOCALAPPDATA% that the tests share.
+        self.cache = osp.join(root, 'cache')
         with open(osp.join(self.stubs, 'browser'), 'w') as f:
             f.write(BROWSER)
         os.chmod(osp.join(self.stubs, 'browser'), 0o755)
@@ -111,7 +115,9 @@ class Sandbox:
             cwd=self.root, path_first=[self.stubs],
             env=dict(MMSAFE_STUB_RECORD=windows_path(self.record),
                      MMSAFE_STUB_DIR=windows_path(self.stubs),
-                     MMSAFE_STUB_BROWSER=self.browser_record, **(env or {})),
+                     MMSAFE_STUB_BROWSER=self.browser_record,
+                     MMSAFE_CACHE_DIR=windows_path(self.cache),
+                     **(env or {})),
             until=until)
 
     def tensorboard_and_browser_started(self):
@@ -248,26 +254,92 @@ def test_training_failure_shows_log_tail_and_exits_1(sandbox):
     assert 'training finished' not in result.flat
 
 
+# --- tools/setup_env.bat ----------------------------------------------------
+# The stand-in answers tools\setup_plan.py with fixed plans (see
+# launcher_stub.c): by default torch 2.1.2 from PyTorch's CPU index, then
+# OpenMMLab's cpu/torch2.1 mmcv index and a wheel folder for that build.
+
+CPU_INDEX = 'https://download.pytorch.org/whl/cpu'
+MMCV_CPU_INDEX = ('https://download.openmmlab.com/mmcv/dist/cpu/torch2.1/'
+                  'index.html')
+WHEEL_DIR = ('wheels', 'mmcv-2.1.0', 'torch2.1.2-cpuops-cp311')
+WHEEL = 'mmcv-2.1.0-cp311-cp311-win_amd64.whl'
+PIP_C = ['-m', 'pip', 'install', '-c', '<constraints>']
+STACK = ['mmengine==0.10.7', 'mmdet==3.3.0', 'tensorboard', 'pytest',
+         'pytest-timeout', 'pytest-xdist', 'psutil']
+NUMPY1_CONSTRAINTS = ['numpy<2', 'opencv-python<4.11',
+                      'opencv-python-headless<4.11']
+
+
+def setup_steps(box):
+    """The stand-in python's calls, with the set-up's paths as
+    ``<venv>``, ``<repo>``, ``<constraints>``, ``<wheels>``, the planner's
+    calls as ``['plan', what]`` and the ``-c`` checks of mmcv and the final
+    report shortened."""
+    names = {'<constraints>': box.path('.venv', 'mmsafe-constraints.txt'),
+             '<wheels>': windows_path(osp.join(box.cache, *WHEEL_DIR)),
+             f'<wheels>\\{WHEEL}': windows_path(
+                 osp.join(box.cache, *WHEEL_DIR, WHEEL)),
+             '<venv>': box.path('.venv'), '<repo>': box.path()}
+
+    def name(arg):
+        return next((n for n, p in names.items() if same_path(arg, p)), arg)
+
+    steps = []
+    for call in box.calls('python'):
+        args = call['args']
+        if args and args[0].lower().endswith('setup_plan.py'):
+            assert same_path(args[0], box.path('tools', 'setup_plan.py'))
+            steps.append(['plan', *args[1:]])
+        elif args[:1] == ['-c'] and 'print(' in args[1]:
+            steps.append(['-c', 'report'])
+        elif args[:1] == ['-c'] and 'mmcv.ops' in args[1]:
+            steps.append(['-c', 'mmcv ops'])
+        else:
+            steps.append([name(a) for a in args])
+    return steps
+
+
+def constraints(box):
+    with open(osp.join(box.repo, '.venv', 'mmsafe-constraints.txt')) as f:
+        return f.read().splitlines()
+
+
 @needs_wine
 @pytest.mark.timeout(300)
 def test_setup_env_fresh_install_order(sandbox):
     result = sandbox.run('setup_env.bat')
     assert result.returncode == 0, result
-    calls = [c['args'] for c in sandbox.calls('python')]
-    pips = [a[3:] for a in calls if a[:3] == ['-m', 'pip', 'install']]
-    assert calls[0][:2] == ['-m', 'venv']
-    assert same_path(calls[0][2], sandbox.path('.venv'))
-    assert same_path(pips[-1].pop(), sandbox.path())
-    assert pips == [
-        ['torch==2.13.0'],
-        ['setuptools<70', 'wheel', 'ninja', 'packaging'],
-        ['--only-binary=mmcv', '--no-deps', '--timeout', '10', '--retries',
-         '0', '-f', 'https://download.openmmlab.com/mmcv/dist/cpu/torch2.13/'
-         'index.html', 'mmcv==2.1.0'],
-        ['mmengine==0.10.7', 'mmdet==3.3.0', 'tensorboard', 'pytest',
-         'pytest-timeout', 'pytest-xdist', 'psutil'],
-        ['--no-deps', '--no-build-isolation', '-e']]
+    assert setup_steps(sandbox) == [
+        ['-m', 'venv', '<venv>'],
+        ['-c', 'import mmsafe'],
+        # torch as the planner says
+        ['-c', 'import torch'],
+        ['plan', 'torch'],
+        ['-m', 'pip', 'install', '--extra-index-url', CPU_INDEX,
+         'torch==2.1.2'],
+        # numpy, which this torch can use: no constraints needed
+        ['-c', 'import numpy'],
+        ['-m', 'pip', 'install', 'numpy'],
+        ['plan', 'numpy'],
+        # mmcv: the planner's prebuilt index, which has a working wheel
+        ['-c', 'mmcv ops'],
+        PIP_C + ['setuptools<70', 'wheel', 'ninja', 'packaging'],
+        ['plan', 'mmcv'],
+        PIP_C + ['--only-binary=mmcv', '--no-deps', '--timeout', '10',
+                 '--retries', '0', '-f', MMCV_CPU_INDEX, 'mmcv==2.1.0'],
+        ['-c', 'mmcv ops'],
+        PIP_C + STACK,
+        ['-m', 'pip', 'install', '--no-deps', '--no-build-isolation', '-e',
+         '<repo>'],
+        ['plan', 'numpy'],
+        ['-c', 'report']]
+    assert constraints(sandbox) == []
+    assert ('[setup_env] installing torch==2.1.2 (extra index '
+            f'{CPU_INDEX})') in result.flat
+    assert "installed OpenMMLab's prebuilt mmcv wheel" in result.flat
     assert '[setup_env] ok:' in result.flat
+    assert not osp.exists(osp.join(sandbox.cache, *WHEEL_DIR))
     # Run again on the ready environment: it only verifies.
     os.remove(sandbox.record)
     again = sandbox.run('setup_env.bat')
@@ -284,12 +356,126 @@ def test_setup_env_source_build_and_failure(sandbox):
         MMSAFE_MMCV_INDEX='none', MMSAFE_STUB_FAIL='mmdet==3.3.0'))
     assert result.returncode == 1, result
     assert '[setup_env] FAILED, see the messages above.' in result.flat
-    calls = sandbox.calls('python')
-    (build,) = [c for c in calls if 'mmcv==2.1.0' in c['args']]
-    assert build['args'][3:] == ['--no-build-isolation', 'mmcv==2.1.0']
+    steps = setup_steps(sandbox)
+    # No prebuilt attempt: a wheel built without pip's cache (which keys it
+    # by its source, whatever torch it was built against) in the folder for
+    # this torch build, then installed from there.
+    assert steps[steps.index(['plan', 'mmcv']) + 1:] == [
+        ['-m', 'pip', 'wheel', '-c', '<constraints>', '--no-deps',
+         '--no-build-isolation', '--no-cache-dir', '-w', '<wheels>',
+         'mmcv==2.1.0'],
+        PIP_C + ['--no-deps', '--force-reinstall', f'<wheels>\\{WHEEL}'],
+        ['-c', 'mmcv ops'],
+        # Nothing is installed after the failing step.
+        PIP_C + STACK]
+    (build,) = [c for c in sandbox.calls('python')
+                if c['args'][:3] == ['-m', 'pip', 'wheel']]
     assert build['env']['MMCV_WITH_OPS'] == '1'
-    # Nothing is installed after the failing step.
-    assert not any('-e' in c['args'] for c in calls)
+    assert build['env']['MAX_JOBS'].isdigit(), build
+    assert osp.isfile(osp.join(sandbox.cache, *WHEEL_DIR, WHEEL))
+    assert 'building mmcv==2.1.0 with ops from source' in result.flat
+    assert 'prebuilt' not in result.flat
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_setup_env_torch_built_against_numpy_1(sandbox):
+    result = sandbox.run('setup_env.bat', env=dict(MMSAFE_STUB_NUMPY1='1'))
+    assert result.returncode == 0, result
+    assert ('[setup_env] this torch was built against numpy 1.x: keeping '
+            'numpy<2 and opencv<4.11') in result.flat
+    assert constraints(sandbox) == NUMPY1_CONSTRAINTS
+    steps = setup_steps(sandbox)
+    at = steps.index(['plan', 'numpy'])
+    assert steps[at - 1:at + 4] == [
+        ['-m', 'pip', 'install', 'numpy'],
+        ['plan', 'numpy'],
+        PIP_C + ['numpy<2'],
+        ['plan', 'numpy'],  # now torch can use it
+        ['-c', 'mmcv ops']]
+    # Every install after torch's and numpy's is held by the constraints,
+    # mmsafe's own (--no-deps) aside.
+    installs = [s for s in steps[at:] if s[:3] == ['-m', 'pip', 'install']]
+    assert [s[3:5] for s in installs] == [['-c', '<constraints>']] * 4 + [
+        ['--no-deps', '--no-build-isolation']]
+    assert PIP_C + STACK in installs
+    assert '[setup_env] ok:' in result.flat
+
+
+PY312_NOTE = ('Python 3.12 has no torch 2.1.2 wheel (those stop at Python '
+              '3.11): taking torch 2.2.2, the oldest release with one. '
+              'OpenMMLab publishes no prebuilt mmcv for it, so mmcv is built '
+              'from source; use Python 3.8-3.11 for the prebuilt stack')
+MMCV_NOTE = ('no prebuilt mmcv 2.1.0 for torch 2.2.2 at https://download.'
+             'openmmlab.com/mmcv/dist/cpu/torch2.2/index.html (OpenMMLab '
+             'publishes them for torch 2.1 and older), or it is not reachable')
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_setup_env_prints_plan_notes_and_reuses_a_built_wheel(sandbox):
+    # A second set-up for the same torch build (Python 3.12: torch 2.2.2 from
+    # PyPI, no prebuilt mmcv), with the wheel that the first one built.
+    os.makedirs(osp.join(sandbox.cache, *WHEEL_DIR))
+    open(osp.join(sandbox.cache, *WHEEL_DIR, WHEEL), 'w').close()
+    result = sandbox.run('setup_env.bat', env=dict(
+        MMSAFE_STUB_PLAN_TORCH_REQ='torch==2.2.2',
+        MMSAFE_STUB_PLAN_TORCH_INDEX='none',
+        MMSAFE_STUB_PLAN_TORCH_NOTE=PY312_NOTE,
+        MMSAFE_STUB_PLAN_MMCV_INDEX='none',
+        MMSAFE_STUB_PLAN_MMCV_NOTE=MMCV_NOTE))
+    assert result.returncode == 0, result
+    assert f'[setup_env] {PY312_NOTE}' in result.flat
+    assert f'[setup_env] {MMCV_NOTE}' in result.flat
+    assert '[setup_env] reusing the mmcv wheel built earlier' in result.flat
+    steps = setup_steps(sandbox)
+    at = steps.index(['plan', 'torch'])
+    assert steps[at + 1] == ['-m', 'pip', 'install', 'torch==2.2.2']
+    assert steps[steps.index(['plan', 'mmcv']) + 1:][:3] == [
+        PIP_C + ['--no-deps', '--force-reinstall', f'<wheels>\\{WHEEL}'],
+        ['-c', 'mmcv ops'],
+        PIP_C + STACK]
+    assert not any(s[:3] == ['-m', 'pip', 'wheel'] for s in steps)
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_setup_env_rebuilds_a_kept_wheel_that_does_not_work(sandbox):
+    # (the stand-in's stand-in for a wheel built against another torch: a
+    # file that is not empty, which installs no working mmcv)
+    os.makedirs(osp.join(sandbox.cache, *WHEEL_DIR))
+    with open(osp.join(sandbox.cache, *WHEEL_DIR, WHEEL), 'w') as f:
+        f.write('built against another torch')
+    result = sandbox.run('setup_env.bat', env=dict(MMSAFE_MMCV_INDEX='none'))
+    assert result.returncode == 0, result
+    assert 'that wheel does not work with this torch: building again' in \
+        result.flat
+    steps = setup_steps(sandbox)
+    reinstall = PIP_C + ['--no-deps', '--force-reinstall', f'<wheels>\\{WHEEL}']
+    assert steps[steps.index(['plan', 'mmcv']) + 1:][:6] == [
+        reinstall, ['-c', 'mmcv ops'],
+        ['-m', 'pip', 'wheel', '-c', '<constraints>', '--no-deps',
+         '--no-build-isolation', '--no-cache-dir', '-w', '<wheels>',
+         'mmcv==2.1.0'],
+        reinstall, ['-c', 'mmcv ops'],
+        PIP_C + STACK]
+    assert os.path.getsize(osp.join(sandbox.cache, *WHEEL_DIR, WHEEL)) == 0
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_setup_env_user_torch_passes_through_the_planner(sandbox):
+    index = 'https://download.pytorch.org/whl/cu118'
+    result = sandbox.run('setup_env.bat', env=dict(
+        MMSAFE_TORCH='torch==2.3.1', MMSAFE_TORCH_INDEX=index))
+    assert result.returncode == 0, result
+    steps = setup_steps(sandbox)
+    assert steps[2:5] == [
+        ['-c', 'import torch'], ['plan', 'torch'],
+        ['-m', 'pip', 'install', '--extra-index-url', index, 'torch==2.3.1']]
+    assert [s for s in steps if 'torch==2.3.1' in s or 'plan' in s] == [
+        ['plan', 'torch'], steps[4], ['plan', 'numpy'], ['plan', 'mmcv'],
+        ['plan', 'numpy']]
 
 
 # --- tools/train_with_tensorboard.sh with a real TensorBoard ---------------

@@ -25,6 +25,8 @@ import mmcv
 import numpy as np
 import torch
 
+from mmsafe.compat import numpy_to_tensor
+
 #: dtypes that ``cv2.resize``, ``cv2.split`` and ``cv2.flip`` take as they
 #: are (no conversion)
 CV2_DTYPES = frozenset(
@@ -119,13 +121,15 @@ def _split_planes(img: np.ndarray) -> Optional[np.ndarray]:
 
 def chw_tensor(img: np.ndarray) -> torch.Tensor:
     """``H x W (x C)`` array -> contiguous ``C x H x W`` tensor, dtype kept:
-    what ``PackDetInputs`` packs as ``inputs``, element for element."""
+    what ``PackDetInputs`` packs as ``inputs``, element for element. On a
+    torch without uint16 tensors a uint16 image becomes int32 (every value
+    exact; see :func:`mmsafe.compat.numpy_to_tensor`)."""
     if img.ndim < 3:
         img = np.expand_dims(img, -1)
     chw = _split_planes(img)
     if chw is not None:
-        return torch.from_numpy(chw)
+        return numpy_to_tensor(chw)
     # PackDetInputs' own conversion
     if not img.flags.c_contiguous:
-        return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
-    return torch.from_numpy(img).permute(2, 0, 1).contiguous()
+        return numpy_to_tensor(np.ascontiguousarray(img.transpose(2, 0, 1)))
+    return numpy_to_tensor(img).permute(2, 0, 1).contiguous()

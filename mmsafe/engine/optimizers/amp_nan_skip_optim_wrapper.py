@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from mmdet.registry import OPTIM_WRAPPERS
+from mmsafe.compat import autocast_dtype, cpu_autocast_dtypes, grad_scaler
 from .cpu_autocast_errors import cpu_autocast_op_message, mmcv_op_frame
 from .nan_skip_optim_wrapper import NaNSkipOptimWrapper
 from .skip_report import AMP_OVERFLOW, NONFINITE_GRAD
@@ -20,8 +21,11 @@ _VALID_DTYPES = ('float16', 'bfloat16', 'float32', 'float64')
 class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
     """:class:`NaNSkipOptimWrapper` with automatic mixed precision: a
     drop-in for MMEngine's ``AmpOptimWrapper`` that also works without a GPU
-    (``torch.autocast('cpu')`` and ``torch.amp.GradScaler('cpu')``), so CI
-    can exercise it.
+    (``torch.autocast('cpu')`` and a CPU GradScaler: torch's own where it
+    has one, :class:`~mmsafe.compat.cpu_grad_scaler.CpuGradScaler` on older
+    torch), so CI can exercise it. CPU autocast in float16 needs a torch
+    that has it (bfloat16 works on every supported torch); asking for it on
+    one that has not is refused when the wrapper is built.
 
     It accepts every configuration that ``AmpOptimWrapper`` accepts
     (float16 or bfloat16; a dynamic, static, dict-configured or disabled
@@ -72,18 +76,18 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
         self.device_type = device_type
         self._scale_update_param = None
         if loss_scale == 'dynamic':
-            self.loss_scaler = torch.amp.GradScaler(device_type)
+            self.loss_scaler = grad_scaler(device_type)
         elif isinstance(loss_scale, (int, float)) and not isinstance(
                 loss_scale, bool):
             self._scale_update_param = float(loss_scale)
-            self.loss_scaler = torch.amp.GradScaler(
-                device_type, init_scale=float(loss_scale))
+            self.loss_scaler = grad_scaler(device_type,
+                                           init_scale=float(loss_scale))
         elif isinstance(loss_scale, dict):
             unknown = sorted(set(loss_scale) - set(_SCALER_ARGS))
             if unknown:
                 raise TypeError(f'unknown GradScaler arguments {unknown} in '
                                 f'loss_scale; valid: {list(_SCALER_ARGS)}')
-            self.loss_scaler = torch.amp.GradScaler(device_type, **loss_scale)
+            self.loss_scaler = grad_scaler(device_type, **loss_scale)
         else:
             raise TypeError('loss_scale must be a float, a dict or '
                             f'"dynamic", got {loss_scale!r}')
@@ -92,6 +96,15 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
                 raise ValueError(f'dtype must be one of {_VALID_DTYPES}, got '
                                  f'{dtype!r}')
             dtype = getattr(torch, dtype)
+        if device_type == 'cpu' and dtype in (torch.float16, torch.bfloat16) \
+                and dtype not in cpu_autocast_dtypes():
+            usable = [str(d).replace('torch.', '')
+                      for d in cpu_autocast_dtypes()]
+            raise ValueError(
+                f'CPU autocast of this torch ({torch.__version__}) supports '
+                f'{usable} only, not {str(dtype).replace("torch.", "")}: set '
+                f"optim_wrapper.dtype='bfloat16' (or leave it out), or train "
+                'on a GPU / a newer torch for float16 on the CPU.')
         self.cast_dtype = dtype
 
     @contextmanager
@@ -113,7 +126,7 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
                     raise
                 raise RuntimeError(
                     cpu_autocast_op_message(
-                        frame, exc, torch.get_autocast_dtype('cpu'))) from exc
+                        frame, exc, autocast_dtype('cpu'))) from exc
 
     def _is_amp(self) -> bool:
         return True

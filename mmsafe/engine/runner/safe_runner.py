@@ -23,7 +23,9 @@ from mmengine.runner import Runner
 
 from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, explain_refusals,
                                find_latest_loadable_checkpoint, is_local_path,
-                               record_resume, register_remote_weight_schemes,
+                               record_resume,
+                               register_local_weights_only_scheme,
+                               register_remote_weight_schemes,
                                trusted_checkpoint_globals)
 from mmsafe.engine.monitor_sync import MonitorSync
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
@@ -41,9 +43,10 @@ class SafeRunner(Runner):
       ``device_ids``; a distributed config without
       ``env_cfg.dist_cfg.timeout`` gets a finite one (1800 s).
     * **checkpoints**: every load (``load_from``, ``resume``, pretrained
-      ``init_cfg``) keeps ``torch.load(weights_only=True)`` and trusts what
-      MMEngine/MMDetection checkpoints hold plus ``mmsafe_trusted_globals``
-      (:mod:`mmsafe.checkpoint.trust`); local checkpoints are written
+      ``init_cfg``) from a file or URL loads weights-only on every torch
+      (MMEngine's CheckpointLoader schemes for local paths and URLs) and
+      trusts what MMEngine/MMDetection checkpoints hold plus
+      ``mmsafe_trusted_globals`` (:mod:`mmsafe.checkpoint.trust`); local checkpoints are written
       atomically (:class:`~mmsafe.checkpoint.AtomicLocalBackend`);
       ``resume=True`` resumes from the newest checkpoint that loads;
       pretrained weights by URL come from the torch hub cache or one clear
@@ -65,6 +68,7 @@ class SafeRunner(Runner):
 
     def __init__(self, *args, **kwargs) -> None:
         self.monitor_sync = MonitorSync()
+        register_local_weights_only_scheme()
         register_remote_weight_schemes()
         super().__init__(*args, **kwargs)
 

@@ -11,6 +11,7 @@ from mmdet.registry import MODELS
 from mmdet.structures import SampleList
 from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
 
+from mmsafe.compat import autocast_enabled
 from ..layers.fusion import FusionCfg, build_fusions
 
 
@@ -175,7 +176,7 @@ class DualStreamFasterRCNN(TwoStageDetector):
         on (see the class docstring), else ``x`` unchanged and no context.
         """
         if not (x and x[0].device.type == 'cpu'
-                and torch.is_autocast_enabled('cpu')):
+                and autocast_enabled('cpu')):
             return x, contextlib.nullcontext()
         return (tuple(f.float() for f in x),
                 torch.autocast('cpu', enabled=False))

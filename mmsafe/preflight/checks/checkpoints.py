@@ -24,15 +24,13 @@ def _safe_load(path: str, cfg) -> Tuple[Any, Optional[str], bool]:
     import pickle
     import zipfile
 
-    import torch
-
-    from mmsafe.checkpoint.trust import (refused_object,
+    from mmsafe.checkpoint.trust import (load_checkpoint_file,
+                                         refused_object,
                                          trusted_checkpoint_globals)
     mmap = zipfile.is_zipfile(path)
     try:
         with trusted_checkpoint_globals(cfg=cfg):
-            obj = torch.load(path, map_location='cpu', weights_only=True,
-                             mmap=mmap)
+            obj = load_checkpoint_file(path, map_location='cpu', mmap=mmap)
     except pickle.UnpicklingError as err:
         refused = refused_object(err)
         if refused or 'weights_only' in str(err).lower() or \

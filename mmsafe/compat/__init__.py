@@ -1,0 +1,16 @@
+"""The one place where mmsafe asks which PyTorch API is there.
+
+Everything that differs between the supported torch releases (2.1 to the
+newest) is detected here, by probing the API itself, never by comparing
+version strings. The rest of mmsafe calls these functions.
+"""
+from .torch_features import (autocast_dtype, autocast_enabled,
+                             cpu_autocast_dtypes,
+                             grad_scaler, native_safe_globals,
+                             numpy_to_tensor, supports_tensor_dtype)
+
+__all__ = [
+    'autocast_dtype', 'autocast_enabled', 'cpu_autocast_dtypes',
+    'grad_scaler', 'native_safe_globals',
+    'numpy_to_tensor', 'supports_tensor_dtype'
+]

@@ -1,0 +1,173 @@
+"""Feature detection for the PyTorch API that changed between 2.1 and now.
+
+What differs, and what mmsafe does about it:
+
+* ``torch.is_autocast_enabled(device)`` / ``torch.get_autocast_dtype(device)``
+  take a device type on new torch; older torch has one function per device
+  (``is_autocast_cpu_enabled``, ``get_autocast_cpu_dtype``, ...).
+* ``torch.amp.GradScaler(device)`` exists on new torch; older torch has only
+  ``torch.cuda.amp.GradScaler``, and no CPU kernels for the scaler's
+  unscale/update: :class:`~mmsafe.compat.cpu_grad_scaler.CpuGradScaler`
+  does the same arithmetic with ordinary tensor ops there.
+* CPU autocast in float16: older torch supports bfloat16 only.
+* ``torch.uint16`` and its kin: older torch cannot hold numpy's uint16/
+  uint32/uint64 images; they become the next wider signed type, exactly.
+* Checkpoint loading: ``torch.serialization.add_safe_globals`` with
+  ``(object, name)`` pairs (new torch) extends ``weights_only=True``;
+  without it mmsafe's own weights-only unpickler
+  (:mod:`mmsafe.checkpoint.weights_unpickler`) is used.
+"""
+import functools
+import io
+import warnings
+from typing import Any, Optional, Tuple
+
+import numpy as np
+import torch
+
+
+# ------------------------------------------------------------ autocast --
+def autocast_enabled(device_type: str) -> bool:
+    """``torch.is_autocast_enabled(device_type)`` on every torch."""
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # the one-argument form is newer
+        if device_type == 'cpu':
+            return bool(torch.is_autocast_cpu_enabled())
+        if device_type == 'cuda':
+            return bool(torch.is_autocast_enabled())
+        probe = getattr(torch, f'is_autocast_{device_type}_enabled', None)
+        return bool(probe()) if probe is not None else False
+
+
+def autocast_dtype(device_type: str) -> torch.dtype:
+    """``torch.get_autocast_dtype(device_type)`` on every torch."""
+    get = getattr(torch, 'get_autocast_dtype', None)
+    if get is not None:
+        return get(device_type)
+    if device_type == 'cuda':
+        return torch.get_autocast_gpu_dtype()
+    return getattr(torch, f'get_autocast_{device_type}_dtype')()
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_autocast_dtypes() -> Tuple[torch.dtype, ...]:
+    """The dtypes that ``torch.autocast('cpu', dtype=...)`` accepts here
+    (bfloat16 everywhere; float16 on newer torch)."""
+    usable = []
+    for dtype in (torch.bfloat16, torch.float16):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                with torch.autocast('cpu', dtype=dtype):
+                    ok = autocast_enabled('cpu') and \
+                        autocast_dtype('cpu') == dtype
+        except RuntimeError:
+            ok = False
+        if ok:
+            usable.append(dtype)
+    return tuple(usable)
+
+
+# ---------------------------------------------------------- GradScaler --
+def _native_scaler_class(device_type: str) -> Optional[type]:
+    """torch's GradScaler for ``device_type``, if this torch has one that
+    runs there."""
+    amp_scaler = getattr(torch.amp, 'GradScaler', None)
+    if amp_scaler is not None:
+        return amp_scaler
+    if device_type == 'cuda':
+        return torch.cuda.amp.GradScaler
+    return None
+
+
+def grad_scaler(device_type: str, **kwargs: Any):
+    """A GradScaler for ``device_type`` with torch's arguments
+    (``init_scale``, ``growth_factor``, ``backoff_factor``,
+    ``growth_interval``, ``enabled``).
+
+    torch's own where it has one for that device (``torch.amp.GradScaler``;
+    ``torch.cuda.amp.GradScaler`` before it), else
+    :class:`~mmsafe.compat.cpu_grad_scaler.CpuGradScaler` for the CPU.
+    """
+    native = _native_scaler_class(device_type)
+    if native is getattr(torch.amp, 'GradScaler', None) and native:
+        return native(device_type, **kwargs)
+    if native is not None:
+        return native(**kwargs)
+    if device_type != 'cpu':
+        raise RuntimeError(
+            f'this torch ({torch.__version__}) has no GradScaler for '
+            f'{device_type!r}')
+    from .cpu_grad_scaler import CpuGradScaler
+    return CpuGradScaler(**kwargs)
+
+
+# --------------------------------------------------------------- dtypes --
+@functools.lru_cache(maxsize=None)
+def supports_tensor_dtype(np_dtype: Any) -> bool:
+    """Whether ``torch.from_numpy`` takes arrays of this numpy dtype."""
+    try:
+        torch.from_numpy(np.zeros(1, dtype=np_dtype))
+    except TypeError:
+        return False
+    return True
+
+
+_WIDER = {np.dtype(np.uint16): np.dtype(np.int32),
+          np.dtype(np.uint32): np.dtype(np.int64)}
+
+
+def numpy_to_tensor(array: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy`` for every dtype an image may have.
+
+    A torch without ``uint16``/``uint32`` tensors gets the array widened to
+    ``int32``/``int64``, which holds every value exactly; other dtypes are
+    shared with the array as ``torch.from_numpy`` does.
+    """
+    if supports_tensor_dtype(array.dtype):
+        return torch.from_numpy(array)
+    wider = _WIDER.get(array.dtype)
+    if wider is None:
+        raise TypeError(f'torch {torch.__version__} has no tensor type for '
+                        f'numpy {array.dtype} arrays')
+    return torch.from_numpy(array.astype(wider))
+
+
+# ---------------------------------------------------------- checkpoints --
+class _PairProbe:
+    """Pickled as ``getattr(_PairProbe, 'answer')``, as MMEngine's
+    ``HistoryBuffer`` pickles its statistics methods."""
+
+    @classmethod
+    def answer(cls) -> int:
+        return 42
+
+
+def _stand_in_getattr(owner: Any, name: str) -> str:
+    return 'pair-form'
+
+
+@functools.lru_cache(maxsize=None)
+def native_safe_globals() -> bool:
+    """Whether ``torch.serialization`` can extend ``weights_only=True``
+    loading with ``(object, dotted name)`` pairs, and read and restore that
+    list (``add_safe_globals``/``get_safe_globals``/``clear_safe_globals``):
+    proven by loading a probe under a stand-in for ``builtins.getattr``."""
+    serialization = torch.serialization
+    if not all(hasattr(serialization, name) for name in (
+            'add_safe_globals', 'get_safe_globals', 'clear_safe_globals')):
+        return False
+    buffer = io.BytesIO()
+    torch.save(_PairProbe.answer, buffer)
+    buffer.seek(0)
+    saved = serialization.get_safe_globals()
+    try:
+        serialization.add_safe_globals(
+            [_PairProbe, (_stand_in_getattr, 'builtins.getattr')])
+        return torch.load(buffer, weights_only=True) == 'pair-form'
+    except Exception:  # any failure means the pair form is not there
+        return False
+    finally:
+        serialization.clear_safe_globals()
+        serialization.add_safe_globals(saved)
