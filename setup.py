@@ -29,15 +29,6 @@ setup(
         'numpy>=1.22,<3',
         'tensorboard',
     ],
-    classifiers=[
-        'Programming Language :: Python :: 3',
-        'Programming Language :: Python :: 3.8',
-        'Programming Language :: Python :: 3.9',
-        'Programming Language :: Python :: 3.10',
-        'Programming Language :: Python :: 3.11',
-        'Programming Language :: Python :: 3.12',
-        'Programming Language :: Python :: 3.13',
-    ],
     extras_require={
         'tests': ['pytest', 'pytest-timeout', 'pytest-xdist', 'psutil'],
     },

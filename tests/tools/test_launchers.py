@@ -473,9 +473,9 @@ def test_setup_env_user_torch_passes_through_the_planner(sandbox):
     assert steps[2:5] == [
         ['-c', 'import torch'], ['plan', 'torch'],
         ['-m', 'pip', 'install', '--extra-index-url', index, 'torch==2.3.1']]
-    assert [s for s in steps if 'torch==2.3.1' in s or 'plan' in s] == [
-        ['plan', 'torch'], steps[4], ['plan', 'numpy'], ['plan', 'mmcv'],
-        ['plan', 'numpy']]
+    assert sum('torch==2.3.1' in s for s in steps) == 1
+    assert f'[setup_env] installing torch==2.3.1 (extra index {index})' in \
+        result.flat
 
 
 # --- tools/train_with_tensorboard.sh with a real TensorBoard ---------------
