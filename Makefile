@@ -1,18 +1,24 @@
 # Two commands do everything from a fresh clone (see README.md):
 #   make demo   set up .venv, then train the CPU demo (visible + infrared, MACL)
 #   make test   set up .venv, then run the whole test suite
-#   make test-fast  only the in-process tests (no training, DDP, workers)
+#   make test-fast    only the in-process tests (no training, DDP, workers)
+#   make test-newest  the whole suite on the newest torch that CI tests, in
+#                     its own venv (.venv-newest; NEWEST_TORCH chooses)
+# .venv holds the default stack (tools/setup_env.sh: torch 2.1.2, for which
+# OpenMMLab publishes prebuilt mmcv; MMSAFE_TORCH=... chooses another).
 # TEST_WORKERS: pytest-xdist workers for `make test` (0 runs serially).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_CONFIG ?= configs/llvip/demo_cpu.py
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
+NEWEST_VENV ?= .venv-newest
+NEWEST_TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo test test-fast test-newest clean
 
 setup:
-	bash tools/setup_env.sh
+	MMSAFE_VENV="$(abspath $(VENV))" bash tools/setup_env.sh
 
 demo: setup
 	$(PY) tools/train.py $(DEMO_CONFIG)
@@ -25,6 +31,9 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 -m "not slow" $(PYTEST_ARGS)
+
+test-newest:
+	$(MAKE) test VENV="$(NEWEST_VENV)" MMSAFE_TORCH="$(NEWEST_TORCH)"
 
 clean:
 	rm -rf work_dirs .pytest_cache

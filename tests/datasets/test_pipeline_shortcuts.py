@@ -22,6 +22,7 @@ from mmsafe.datasets import ensure_synthetic_llvip
 from mmsafe.datasets.transforms import apply_paired
 from mmsafe.datasets.transforms.geometry import same_geometry
 from mmsafe.datasets.transforms.loading import three_channels
+from mmsafe.compat import numpy_to_tensor
 from mmsafe.datasets.transforms.same_size import chw_tensor
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -231,12 +232,13 @@ def test_subclass_without_its_own_replay_runs_twice():
 
 # ------------------------------------------------------------------ pack
 def packed_the_old_way(img):
-    """PackDetInputs' conversion of ``img``."""
+    """PackDetInputs' conversion of ``img`` (``torch.from_numpy``; on a
+    torch without uint16 tensors, its exact widening to int32)."""
     if img.ndim < 3:
         img = np.expand_dims(img, -1)
     if not img.flags.c_contiguous:
-        return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
-    return torch.from_numpy(img).permute(2, 0, 1).contiguous()
+        return numpy_to_tensor(np.ascontiguousarray(img.transpose(2, 0, 1)))
+    return numpy_to_tensor(img).permute(2, 0, 1).contiguous()
 
 
 @pytest.mark.parametrize('dtype', DTYPES + (np.int32, np.int8, bool))

@@ -25,6 +25,7 @@ from mmengine.hooks import Hook
 from mmengine.optim import OptimWrapper
 
 from benchmarks._common import CallCounter
+from mmsafe.compat import grad_scaler
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -35,13 +36,12 @@ class ReferenceCpuAmpOptimWrapper(OptimWrapper):
         super().__init__(**kwargs)
         self._scale_update_param = None
         if loss_scale == 'dynamic':
-            self.loss_scaler = torch.amp.GradScaler('cpu')
+            self.loss_scaler = grad_scaler('cpu')
         elif isinstance(loss_scale, float):
             self._scale_update_param = loss_scale
-            self.loss_scaler = torch.amp.GradScaler('cpu',
-                                                    init_scale=loss_scale)
+            self.loss_scaler = grad_scaler('cpu', init_scale=loss_scale)
         else:
-            self.loss_scaler = torch.amp.GradScaler('cpu', **loss_scale)
+            self.loss_scaler = grad_scaler('cpu', **loss_scale)
         self.cast_dtype = getattr(torch, dtype) if isinstance(dtype,
                                                               str) else dtype
 

@@ -132,22 +132,26 @@ def trained(tmp_path_factory):
 
 
 def test_stock_torch_load_refuses_mmengine_checkpoint(trained):
-    """The failure mmsafe fixes: plain torch.load (weights_only=True by
-    default since torch 2.6) cannot read MMEngine's own checkpoint."""
+    """The failure mmsafe fixes: torch.load(weights_only=True) (the default
+    since torch 2.6) cannot read MMEngine's own checkpoint, on every
+    torch."""
     _, _, work_dir = trained
     with pytest.raises(pickle.UnpicklingError, match='HistoryBuffer'):
-        torch.load(osp.join(work_dir, 'epoch_1.pth'))
+        torch.load(osp.join(work_dir, 'epoch_1.pth'), weights_only=True)
 
 
 def test_allowlist_loads_real_checkpoint_with_weights_only(trained):
     import mmsafe  # noqa: F401
     from mmengine.runner.checkpoint import _load_checkpoint
 
-    from mmsafe.checkpoint import trusted_checkpoint_globals
+    from mmsafe.checkpoint import (load_checkpoint_file,
+                                   register_local_weights_only_scheme,
+                                   trusted_checkpoint_globals)
     _, _, work_dir = trained
     path = osp.join(work_dir, 'epoch_2.pth')
+    register_local_weights_only_scheme()  # as SafeRunner does
     with trusted_checkpoint_globals():
-        direct = torch.load(path, map_location='cpu', weights_only=True)
+        direct = load_checkpoint_file(path, map_location='cpu')
         ckpt = _load_checkpoint(path, map_location='cpu')
     assert set(ckpt) >= {'meta', 'state_dict', 'optimizer', 'message_hub',
                          'param_schedulers'}
@@ -190,16 +194,29 @@ def test_resume_auto_resume_path_and_load_from(trained):
 
 def test_plain_runner_is_mmengine_unchanged(trained):
     """Importing mmsafe changes nothing: with MMEngine's own Runner
-    (runner_type='Runner') loading the run's checkpoint fails on torch >=
-    2.6 exactly as without mmsafe; SafeRunner is what the config opts into.
+    (runner_type='Runner') loading the run's checkpoint behaves exactly as
+    without mmsafe (on torch >= 2.6 it fails, weights-only; on older torch
+    MMEngine's plain torch.load reads it unrestricted); SafeRunner is what
+    the config opts into.
     """
     root, config, work_dir = trained
+    path = osp.join(work_dir, 'epoch_2.pth')
+    try:
+        torch.load(path, map_location='cpu')
+        plain_load_fails = False
+    except pickle.UnpicklingError:
+        plain_load_fails = True
     result = run_train(config, timeout=300, args=[
         '--work-dir', str(root / 'work_plain'), '--cfg-options',
-        f"load_from={osp.join(work_dir, 'epoch_2.pth')}",
+        f'load_from={path}', 'train_cfg.max_epochs=1',
         'runner_type=Runner'])
-    assert result.returncode != 0, result
-    assert 'Weights only load failed' in result.output, result
+    if plain_load_fails:
+        assert result.returncode != 0, result
+        assert 'Weights only load failed' in result.output, result
+    else:
+        assert result.returncode == 0, result
+        assert re.search(r'Load checkpoint from .*epoch_2\.pth',
+                         result.output)
     assert 'UntrustedCheckpointError' not in result.output, result
 
 
@@ -220,7 +237,9 @@ def test_malicious_checkpoint_is_refused_in_process(tmp_path, payload_cls,
 
     from mmsafe.checkpoint import (UntrustedCheckpointError,
                                    explain_refusals,
+                                   register_local_weights_only_scheme,
                                    trusted_checkpoint_globals)
+    register_local_weights_only_scheme()  # as SafeRunner does
     marker = str(tmp_path / 'pwned')
     path = str(tmp_path / 'evil.pth')
     _malicious_checkpoint(path, payload_cls(marker))
@@ -257,7 +276,9 @@ def test_explicit_opt_in_by_env_and_config(tmp_path, monkeypatch):
 
     from mmsafe.checkpoint import (UntrustedCheckpointError,
                                    explain_refusals,
+                                   register_local_weights_only_scheme,
                                    trusted_checkpoint_globals)
+    register_local_weights_only_scheme()  # as SafeRunner does
     path = str(tmp_path / 'noted.pth')
     torch.save(dict(meta=dict(note=ckpt_toys.TrustedNote('hi')),
                     state_dict={}), path)
