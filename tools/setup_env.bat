@@ -50,18 +50,17 @@ if not errorlevel 1 goto :keep_torch
 if errorlevel 1 goto :fail
 set "PLAN_TORCH_REQ="
 set "PLAN_TORCH_INDEX="
-set "PLAN_NOTE="
 for /f "usebackq tokens=1,* delims==" %%a in ("%PLAN_OUT%") do set "PLAN_%%a=%%b"
+for /f "usebackq tokens=1,* delims==" %%a in ("%PLAN_OUT%") do if "%%a"=="NOTE" if not "%%b"=="" echo [setup_env] %%b
 del "%PLAN_OUT%"
 if not defined PLAN_TORCH_REQ goto :fail
-if defined PLAN_NOTE echo [setup_env] %PLAN_NOTE%
 if not defined PLAN_TORCH_INDEX goto :torch_pypi
-echo [setup_env] installing %PLAN_TORCH_REQ% (extra index %PLAN_TORCH_INDEX%)
+echo [setup_env] installing "%PLAN_TORCH_REQ%" (extra index %PLAN_TORCH_INDEX%)
 "%PY%" -m pip install --extra-index-url "%PLAN_TORCH_INDEX%" "%PLAN_TORCH_REQ%"
 if errorlevel 1 goto :fail
 goto :numpy
 :torch_pypi
-echo [setup_env] installing %PLAN_TORCH_REQ%
+echo [setup_env] installing "%PLAN_TORCH_REQ%"
 "%PY%" -m pip install "%PLAN_TORCH_REQ%"
 if errorlevel 1 goto :fail
 goto :numpy
@@ -99,12 +98,12 @@ if errorlevel 1 goto :fail
 if errorlevel 1 goto :fail
 set "PLAN_MMCV_INDEX="
 set "PLAN_MMCV_WHEEL_DIR="
-set "PLAN_NOTE="
 for /f "usebackq tokens=1,* delims==" %%a in ("%PLAN_OUT%") do set "PLAN_%%a=%%b"
+for /f "usebackq tokens=1,* delims==" %%a in ("%PLAN_OUT%") do if "%%a"=="NOTE" if not "%%b"=="" echo [setup_env] %%b
 del "%PLAN_OUT%"
 if not defined PLAN_MMCV_INDEX goto :fail
 if not defined PLAN_MMCV_WHEEL_DIR goto :fail
-if "%PLAN_MMCV_INDEX%"=="none" goto :no_index
+if "%PLAN_MMCV_INDEX%"=="none" goto :built_mmcv
 echo [setup_env] looking for a prebuilt %MMCV_REQ% wheel at %PLAN_MMCV_INDEX% (short timeouts)
 "%PY%" -m pip install -c "%CONSTRAINTS%" --only-binary=mmcv --no-deps --timeout 10 --retries 0 -f "%PLAN_MMCV_INDEX%" %MMCV_REQ% >nul 2>&1
 if errorlevel 1 goto :no_wheel
@@ -115,8 +114,6 @@ goto :stack
 :no_wheel
 echo [setup_env] no usable prebuilt mmcv wheel there
 goto :built_mmcv
-:no_index
-if defined PLAN_NOTE echo [setup_env] %PLAN_NOTE%
 
 rem pip's own cache keys a built wheel by its source, not by the torch it was
 rem compiled against: builds are kept per torch build in MMCV_WHEEL_DIR.

@@ -335,7 +335,7 @@ def test_setup_env_fresh_install_order(sandbox):
         ['plan', 'numpy'],
         ['-c', 'report']]
     assert constraints(sandbox) == []
-    assert ('[setup_env] installing torch==2.1.2 (extra index '
+    assert ('[setup_env] installing "torch==2.1.2" (extra index '
             f'{CPU_INDEX})') in result.flat
     assert "installed OpenMMLab's prebuilt mmcv wheel" in result.flat
     assert '[setup_env] ok:' in result.flat
@@ -451,7 +451,8 @@ def test_setup_env_rebuilds_a_kept_wheel_that_does_not_work(sandbox):
     assert 'that wheel does not work with this torch: building again' in \
         result.flat
     steps = setup_steps(sandbox)
-    reinstall = PIP_C + ['--no-deps', '--force-reinstall', f'<wheels>\\{WHEEL}']
+    reinstall = PIP_C + ['--no-deps', '--force-reinstall',
+                         f'<wheels>\\{WHEEL}']
     assert steps[steps.index(['plan', 'mmcv']) + 1:][:6] == [
         reinstall, ['-c', 'mmcv ops'],
         ['-m', 'pip', 'wheel', '-c', '<constraints>', '--no-deps',
@@ -474,8 +475,8 @@ def test_setup_env_user_torch_passes_through_the_planner(sandbox):
         ['-c', 'import torch'], ['plan', 'torch'],
         ['-m', 'pip', 'install', '--extra-index-url', index, 'torch==2.3.1']]
     assert sum('torch==2.3.1' in s for s in steps) == 1
-    assert f'[setup_env] installing torch==2.3.1 (extra index {index})' in \
-        result.flat
+    assert ('[setup_env] installing "torch==2.3.1" (extra index '
+            f'{index})') in result.flat
 
 
 # --- tools/train_with_tensorboard.sh with a real TensorBoard ---------------
