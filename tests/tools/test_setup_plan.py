@@ -1,0 +1,411 @@
+"""tools/setup_plan.py, in-process: what the set-up scripts install.
+
+The planner is a stand-alone script, loaded here by path. Nothing here
+reaches the network: the probes are stand-ins, and ``urllib``'s
+``urlopen`` fails any test that would call it.
+"""
+import importlib.util
+import os.path as osp
+import subprocess
+import sys
+import types
+import urllib.error
+
+import pytest
+
+from tests.utils import REPO_ROOT
+
+PLAN_PY = osp.join(REPO_ROOT, 'tools', 'setup_plan.py')
+CU121 = 'https://download.pytorch.org/whl/cu121'
+CPU = 'https://download.pytorch.org/whl/cpu'
+PY = f'cp{sys.version_info[0]}{sys.version_info[1]}'
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location('mmsafe_setup_plan',
+                                                  PLAN_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sp = _load()
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Any real probe fails the test (``reachable`` would hide the error)."""
+    opened = []
+
+    def urlopen(url, *args, **kwargs):
+        opened.append(url)
+        raise OSError('no network in these tests')
+
+    monkeypatch.setattr(sp.urllib.request, 'urlopen', urlopen)
+    yield
+    assert opened == [], f'tried to reach {opened}'
+
+
+class Probe:
+    """Stand-in for ``reachable``: answers ``answer``, records the URLs."""
+
+    def __init__(self, answer: bool):
+        self.answer = answer
+        self.urls = []
+
+    def __call__(self, url):
+        self.urls.append(url)
+        return self.answer
+
+
+def gpu(present: bool):
+    calls = []
+
+    def answer():
+        calls.append(present)
+        return present
+
+    answer.calls = calls
+    return answer
+
+
+def fake_torch(version='2.1.2+cu121', cuda='12.1', available=True,
+               from_numpy=None):
+    return types.SimpleNamespace(
+        __version__=version, version=types.SimpleNamespace(cuda=cuda),
+        cuda=types.SimpleNamespace(is_available=lambda: available),
+        from_numpy=from_numpy)
+
+
+# --- torch ------------------------------------------------------------------
+
+@pytest.mark.parametrize('version', [(3, 8), (3, 9), (3, 10), (3, 11)])
+def test_default_torch_is_2_1_2_up_to_python_3_11(version):
+    assert sp.default_torch(version) == ('2.1.2', '')
+
+
+def test_default_torch_python_3_12_takes_the_oldest_torch_with_a_wheel():
+    version, note = sp.default_torch((3, 12))
+    assert version == '2.2.2'
+    assert 'Python 3.12 has no torch 2.1.2 wheel' in note
+    assert 'taking torch 2.2.2' in note
+    assert 'mmcv is built from source' in note
+    assert '\n' not in note  # one KEY=VALUE line
+
+
+def test_default_torch_python_3_13_and_an_unknown_future_python():
+    version, note = sp.default_torch((3, 13))
+    assert version == '2.5.1' and 'taking torch 2.5.1' in note
+    version, note = sp.default_torch((3, 99))
+    assert version is None
+    assert 'Python 3.99' in note and 'MMSAFE_TORCH' in note
+
+
+def test_default_torch_without_argument_is_this_pythons():
+    assert sp.default_torch() == sp.default_torch(sys.version_info[:2])
+
+
+@pytest.mark.parametrize('present,index', [(True, CU121), (False, CPU)])
+def test_plan_torch_gpu_chooses_the_cuda_or_cpu_index(present, index):
+    probe, has_gpu = Probe(True), gpu(present)
+    plan = sp.plan_torch(env={}, probe=probe, gpu=has_gpu)
+    version, note = sp.default_torch()
+    assert plan == dict(TORCH_REQ=f'torch=={version}', TORCH_INDEX=index,
+                        NOTE=note)
+    assert probe.urls == [index + '/torch/']
+    assert has_gpu.calls == [present]
+
+
+def test_plan_torch_on_python_3_12(monkeypatch):
+    default_torch = sp.default_torch
+    monkeypatch.setattr(sp, 'default_torch', lambda: default_torch((3, 12)))
+    plan = sp.plan_torch(env={}, probe=Probe(True), gpu=gpu(False))
+    assert plan == dict(TORCH_REQ='torch==2.2.2', TORCH_INDEX=CPU,
+                        NOTE=default_torch((3, 12))[1])
+
+
+def test_plan_torch_unknown_python_takes_the_newest_torch(monkeypatch):
+    default_torch = sp.default_torch
+    monkeypatch.setattr(sp, 'default_torch', lambda: default_torch((3, 99)))
+    plan = sp.plan_torch(env={}, probe=Probe(True), gpu=gpu(True))
+    assert plan['TORCH_REQ'] == 'torch'
+    assert plan['TORCH_INDEX'] == CU121
+    assert 'Python 3.99' in plan['NOTE']
+
+
+@pytest.mark.parametrize('present,build', [(True, 'CUDA 12.1'),
+                                           (False, 'CPU')])
+def test_plan_torch_unreachable_index_falls_back_to_pypi(present, build):
+    probe = Probe(False)
+    plan = sp.plan_torch(env={}, probe=probe, gpu=gpu(present))
+    index = CU121 if present else CPU
+    req = f'torch=={sp.default_torch()[0]}'
+    assert probe.urls == [index + '/torch/']
+    assert plan['TORCH_REQ'] == req
+    assert plan['TORCH_INDEX'] == ''
+    assert (f"{index} is not reachable: installing PyPI's {req} instead of "
+            f'its {build} build') in plan['NOTE']
+
+
+def test_plan_torch_unreachable_index_keeps_the_python_note(monkeypatch):
+    default_torch = sp.default_torch
+    monkeypatch.setattr(sp, 'default_torch', lambda: default_torch((3, 12)))
+    plan = sp.plan_torch(env={}, probe=Probe(False), gpu=gpu(False))
+    first, second = plan['NOTE'].split('; use Python 3.8-3.11 for the '
+                                       'prebuilt stack; ')
+    assert first.startswith('Python 3.12 has no torch 2.1.2 wheel')
+    assert second.startswith(f'{CPU} is not reachable: installing PyPI\'s '
+                             'torch==2.2.2')
+
+
+def test_plan_torch_index_none_is_pypi_without_probe_or_gpu_check():
+    probe, has_gpu = Probe(True), gpu(True)
+    plan = sp.plan_torch(env=dict(MMSAFE_TORCH_INDEX='none'), probe=probe,
+                         gpu=has_gpu)
+    assert plan == dict(TORCH_REQ=f'torch=={sp.default_torch()[0]}',
+                        TORCH_INDEX='', NOTE=sp.default_torch()[1])
+    assert probe.urls == [] and has_gpu.calls == []
+
+
+def test_plan_torch_given_index_is_taken_as_is():
+    probe, has_gpu = Probe(False), gpu(True)
+    index = 'https://download.pytorch.org/whl/cu118'
+    plan = sp.plan_torch(env=dict(MMSAFE_TORCH_INDEX=index), probe=probe,
+                         gpu=has_gpu)
+    assert plan['TORCH_INDEX'] == index
+    assert probe.urls == [] and has_gpu.calls == []
+
+
+@pytest.mark.parametrize('index,expected', [
+    (None, ''), ('none', ''),
+    ('https://download.pytorch.org/whl/cu118',
+     'https://download.pytorch.org/whl/cu118')])
+def test_plan_torch_user_torch_is_returned_unchanged(index, expected):
+    env = dict(MMSAFE_TORCH='torch==2.3.1')
+    if index is not None:
+        env['MMSAFE_TORCH_INDEX'] = index
+    probe, has_gpu = Probe(False), gpu(True)
+    plan = sp.plan_torch(env=env, probe=probe, gpu=has_gpu)
+    assert plan == dict(TORCH_REQ='torch==2.3.1', TORCH_INDEX=expected,
+                        NOTE='')
+    assert probe.urls == [] and has_gpu.calls == []
+
+
+# --- GPU, network probe -----------------------------------------------------
+
+def test_gpu_present_forced_by_mmsafe_gpu(monkeypatch):
+    monkeypatch.setattr(sp.shutil, 'which', lambda name: pytest.fail(
+        'nvidia-smi looked up although MMSAFE_GPU decides'))
+    monkeypatch.setenv('MMSAFE_GPU', '1')
+    assert sp.gpu_present() is True
+    monkeypatch.setenv('MMSAFE_GPU', '0')
+    assert sp.gpu_present() is False
+
+
+@pytest.mark.parametrize('which,rc,stdout,expected', [
+    (None, 0, '', False),  # no nvidia-smi
+    ('/usr/bin/nvidia-smi', 0,
+     'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n', True),
+    ('/usr/bin/nvidia-smi', 9,
+     'NVIDIA-SMI has failed because it could not communicate with the '
+     'NVIDIA driver.\n', False),
+    ('/usr/bin/nvidia-smi', 0, 'No devices found.\n', False)])
+def test_gpu_present_asks_nvidia_smi(monkeypatch, which, rc, stdout,
+                                     expected):
+    ran = []
+
+    def run(argv, **kwargs):
+        ran.append(argv)
+        return subprocess.CompletedProcess(argv, rc, stdout, '')
+
+    monkeypatch.delenv('MMSAFE_GPU', raising=False)
+    monkeypatch.setattr(sp.shutil, 'which', lambda name: which)
+    monkeypatch.setattr(sp.subprocess, 'run', run)
+    assert sp.gpu_present() is expected
+    assert ran == ([] if which is None else [[which, '-L']])
+
+
+def test_gpu_present_nvidia_smi_hanging_means_no_gpu(monkeypatch):
+    def run(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, kwargs.get('timeout'))
+
+    monkeypatch.delenv('MMSAFE_GPU', raising=False)
+    monkeypatch.setattr(sp.shutil, 'which', lambda name: '/bin/nvidia-smi')
+    monkeypatch.setattr(sp.subprocess, 'run', run)
+    assert sp.gpu_present() is False
+
+
+def test_reachable_answers_from_the_http_status(monkeypatch):
+    class Response:
+        def __init__(self, status):
+            self.status = status
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    asked = []
+
+    def urlopen(url, timeout):
+        asked.append((url, timeout))
+        if 'refused' in url:
+            raise urllib.error.URLError('connection refused')
+        return Response(200 if 'ok' in url else 302)
+
+    monkeypatch.setattr(sp.urllib.request, 'urlopen', urlopen)
+    assert sp.reachable('https://x/ok/') is True
+    assert sp.reachable('https://x/moved/', timeout=3) is True
+    assert sp.reachable('https://x/refused/') is False
+    assert asked == [('https://x/ok/', sp.PROBE_TIMEOUT),
+                     ('https://x/moved/', 3),
+                     ('https://x/refused/', sp.PROBE_TIMEOUT)]
+
+
+# --- mmcv -------------------------------------------------------------------
+
+def test_cache_root(monkeypatch, tmp_path):
+    assert sp.cache_root(dict(MMSAFE_CACHE_DIR='/c/mm')) == '/c/mm'
+    assert sp.cache_root(dict(XDG_CACHE_HOME='/x')) == '/x/mmsafe'
+    monkeypatch.setenv('HOME', str(tmp_path))
+    assert sp.cache_root({}) == osp.join(str(tmp_path), '.cache', 'mmsafe')
+    with monkeypatch.context() as m:
+        m.setattr(sp.os, 'name', 'nt')
+        local = sp.cache_root(dict(LOCALAPPDATA='/L'))
+        given = sp.cache_root(dict(LOCALAPPDATA='/L', MMSAFE_CACHE_DIR='/c'))
+    assert local == osp.join('/L', 'mmsafe')
+    assert given == '/c'
+
+
+def test_mmcv_build_key_differs_per_torch_build():
+    key = sp.mmcv_build_key
+    assert key('2.1.2+cu121', True, (3, 11)) == \
+        'torch2.1.2+cu121-cudaops-cp311'
+    keys = {key('2.1.2+cu121', True, (3, 11)),
+            key('2.1.2+cpu', True, (3, 11)),
+            key('2.1.2+cu121', False, (3, 11)),
+            key('2.2.2+cu121', True, (3, 11)),
+            key('2.1.2+cu121', True, (3, 10))}
+    assert len(keys) == 5
+    assert key('2.1.2', False) == f'torch2.1.2-cpuops-{PY}'
+
+
+def test_plan_mmcv_prebuilt_index_for_this_torch(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'torch', fake_torch())
+    probe = Probe(True)
+    plan = sp.plan_mmcv(env=dict(MMSAFE_CACHE_DIR='/cache'), probe=probe)
+    index = ('https://download.openmmlab.com/mmcv/dist/cu121/torch2.1/'
+             'index.html')
+    assert plan == dict(
+        MMCV_INDEX=index, NOTE='', MMCV_WHEEL_DIR=osp.join(
+            '/cache', 'wheels', 'mmcv-2.1.0',
+            f'torch2.1.2+cu121-cudaops-{PY}'))
+    assert probe.urls == [index]
+
+
+def test_plan_mmcv_unreachable_index_means_source_build(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'torch', fake_torch(
+        '2.2.2+cpu', cuda=None, available=False))
+    probe = Probe(False)
+    plan = sp.plan_mmcv(env=dict(MMSAFE_CACHE_DIR='/cache'), probe=probe)
+    index = ('https://download.openmmlab.com/mmcv/dist/cpu/torch2.2/'
+             'index.html')
+    assert probe.urls == [index]
+    assert plan['MMCV_INDEX'] == 'none'
+    assert plan['NOTE'].startswith(
+        f'no prebuilt mmcv 2.1.0 for torch 2.2.2+cpu at {index}')
+    assert plan['MMCV_WHEEL_DIR'] == osp.join(
+        '/cache', 'wheels', 'mmcv-2.1.0', f'torch2.2.2+cpu-cpuops-{PY}')
+
+
+def test_plan_mmcv_wheel_folder_per_torch_build(monkeypatch):
+    env = dict(MMSAFE_CACHE_DIR='/cache', MMSAFE_MMCV_INDEX='none')
+    folders = set()
+    for torch in (fake_torch('2.1.2+cu121', '12.1', True),
+                  fake_torch('2.1.2+cpu', None, False),
+                  fake_torch('2.2.2+cu121', '12.1', True)):
+        monkeypatch.setitem(sys.modules, 'torch', torch)
+        folders.add(sp.plan_mmcv(env=env, probe=Probe(True))[
+            'MMCV_WHEEL_DIR'])
+    assert len(folders) == 3
+    # FORCE_CUDA builds the CUDA ops without a visible GPU, as mmcv does.
+    monkeypatch.setitem(sys.modules, 'torch', fake_torch(available=False))
+    assert sp.plan_mmcv(env=env, probe=Probe(True))['MMCV_WHEEL_DIR'] \
+        .endswith(f'-cpuops-{PY}')
+    assert sp.plan_mmcv(env=dict(env, FORCE_CUDA='1'), probe=Probe(True))[
+        'MMCV_WHEEL_DIR'].endswith(f'-cudaops-{PY}')
+
+
+@pytest.mark.parametrize('index', ['https://mirror.example/mmcv/index.html',
+                                   'none'])
+def test_plan_mmcv_given_index_is_taken_without_probe(monkeypatch, index):
+    monkeypatch.setitem(sys.modules, 'torch', fake_torch())
+    probe = Probe(False)
+    plan = sp.plan_mmcv(env=dict(MMSAFE_MMCV_INDEX=index,
+                                 MMSAFE_CACHE_DIR='/c'), probe=probe)
+    assert plan['MMCV_INDEX'] == index and plan['NOTE'] == ''
+    assert probe.urls == []
+
+
+# --- numpy, the command line ----------------------------------------------
+
+def test_numpy_usable_in_this_environment():
+    assert sp.numpy_usable() == ''
+
+
+def test_numpy_usable_reports_a_torch_built_against_numpy_1(monkeypatch):
+    def from_numpy(array):
+        raise RuntimeError('Numpy is not available')
+
+    monkeypatch.setitem(sys.modules, 'torch', fake_torch(
+        from_numpy=from_numpy))
+    assert sp.numpy_usable() == 'RuntimeError: Numpy is not available'
+
+
+def lines(capsys):
+    return capsys.readouterr().out.splitlines()
+
+
+def test_main_prints_key_value_lines(monkeypatch, capsys):
+    monkeypatch.delenv('MMSAFE_TORCH', raising=False)
+    monkeypatch.setenv('MMSAFE_TORCH_INDEX', 'none')
+    assert sp.main(['torch']) == 0
+    version, note = sp.default_torch()
+    assert lines(capsys) == [f'TORCH_REQ=torch=={version}', 'TORCH_INDEX=',
+                             f'NOTE={note}']
+    monkeypatch.setenv('MMSAFE_TORCH', 'torch==2.3.1')
+    monkeypatch.setenv('MMSAFE_TORCH_INDEX', CU121)
+    assert sp.main(['torch']) == 0
+    assert lines(capsys) == ['TORCH_REQ=torch==2.3.1', f'TORCH_INDEX={CU121}',
+                             'NOTE=']
+    monkeypatch.setitem(sys.modules, 'torch', fake_torch())
+    monkeypatch.setenv('MMSAFE_MMCV_INDEX', 'none')
+    monkeypatch.setenv('MMSAFE_CACHE_DIR', '/c')
+    assert sp.main(['mmcv']) == 0
+    assert lines(capsys) == [
+        'MMCV_INDEX=none',
+        'MMCV_WHEEL_DIR=' + osp.join('/c', 'wheels', 'mmcv-2.1.0',
+                                     f'torch2.1.2+cu121-cudaops-{PY}'),
+        'NOTE=']
+
+
+def test_main_numpy_exit_code(monkeypatch, capsys):
+    assert sp.main(['numpy']) == 0
+    assert lines(capsys) == []
+
+    def from_numpy(array):
+        raise RuntimeError('Numpy is not available')
+
+    monkeypatch.setitem(sys.modules, 'torch', fake_torch(
+        from_numpy=from_numpy))
+    assert sp.main(['numpy']) == 1
+    assert lines(capsys) == [
+        'torch cannot use numpy: RuntimeError: Numpy is not available']
+
+
+def test_main_without_a_known_command_prints_usage(capsys):
+    assert sp.main([]) == 2
+    assert sp.main(['torchvision']) == 2
+    out = capsys.readouterr().out
+    assert out.count('python tools/setup_plan.py torch') == 2
