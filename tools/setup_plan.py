@@ -38,6 +38,8 @@ MMCV_VERSION = '2.1.0'
 OLDEST_TORCH_FOR_PYTHON = {(3, 12): '2.2.2', (3, 13): '2.5.1',
                            (3, 14): '2.9.1'}
 TORCH_CUDA_INDEX = 'https://download.pytorch.org/whl/cu121'
+#: torch releases whose CUDA builds are not on the CUDA 12.1 index
+TORCH_CUDA_INDEX_FOR = {'2.9.1': 'https://download.pytorch.org/whl/cu126'}
 TORCH_CPU_INDEX = 'https://download.pytorch.org/whl/cpu'
 MMCV_INDEX = 'https://download.openmmlab.com/mmcv/dist/{tag}/torch{mm}/' \
     'index.html'
@@ -54,9 +56,10 @@ def reachable(url: str, timeout: float = PROBE_TIMEOUT) -> bool:
         return False
 
 
-def gpu_present() -> bool:
+def gpu_present(env=None) -> bool:
     """An NVIDIA GPU that ``nvidia-smi`` lists (``MMSAFE_GPU`` overrides)."""
-    forced = os.environ.get('MMSAFE_GPU', '')
+    env = os.environ if env is None else env
+    forced = env.get('MMSAFE_GPU', '')
     if forced in ('0', '1'):
         return forced == '1'
     smi = shutil.which('nvidia-smi')
@@ -89,9 +92,11 @@ def default_torch(version=None):
                     'use Python 3.8-3.11 for the prebuilt stack')
 
 
-def plan_torch(env=None, probe=reachable, gpu=gpu_present):
+def plan_torch(env=None, probe=None, gpu=None):
     """The torch requirement, its extra index and a note for the user."""
     env = os.environ if env is None else env
+    probe = probe or reachable
+    gpu = gpu or (lambda: gpu_present(env))
     index = env.get('MMSAFE_TORCH_INDEX', '')
     if env.get('MMSAFE_TORCH'):
         return dict(TORCH_REQ=env['MMSAFE_TORCH'],
@@ -103,8 +108,10 @@ def plan_torch(env=None, probe=reachable, gpu=gpu_present):
         index = ''
     elif not index:
         cuda = gpu()
-        index = TORCH_CUDA_INDEX if cuda else TORCH_CPU_INDEX
-        build = 'CUDA 12.1' if cuda else 'CPU'
+        cuda_index = TORCH_CUDA_INDEX_FOR.get(version, TORCH_CUDA_INDEX)
+        index = cuda_index if cuda else TORCH_CPU_INDEX
+        build = f'CUDA {cuda_index[-3:-1]}.{cuda_index[-1]}' if cuda \
+            else 'CPU'
         if not probe(index + '/torch/'):
             notes.append(
                 f'{index} is not reachable: installing PyPI\'s {req} '
@@ -120,8 +127,8 @@ def cache_root(env=None) -> str:
         return env['MMSAFE_CACHE_DIR']
     if os.name == 'nt' and env.get('LOCALAPPDATA'):
         return osp.join(env['LOCALAPPDATA'], 'mmsafe')
-    base = env.get('XDG_CACHE_HOME') or osp.join(osp.expanduser('~'),
-                                                  '.cache')
+    home_cache = osp.join(osp.expanduser('~'), '.cache')
+    base = env.get('XDG_CACHE_HOME') or home_cache
     return osp.join(base, 'mmsafe')
 
 
@@ -133,13 +140,14 @@ def mmcv_build_key(torch_version: str, cuda_ops: bool, py=None) -> str:
     return f'torch{torch_version}-{ops}-cp{py[0]}{py[1]}'
 
 
-def plan_mmcv(env=None, probe=reachable):
+def plan_mmcv(env=None, probe=None):
     """Where a prebuilt mmcv may be found and where a built one is kept.
 
     Runs with the environment's Python, torch installed.
     """
     import torch
     env = os.environ if env is None else env
+    probe = probe or reachable
     cuda = torch.version.cuda
     tag = 'cu' + cuda.replace('.', '') if cuda else 'cpu'
     major_minor = '.'.join(torch.__version__.split('+')[0].split('.')[:2])
