@@ -127,3 +127,36 @@ def test_train_py_explains_an_unknown_type_name(tmp_path):
     assert result.returncode != 0, result
     assert 'DualStreamFasterRCN is not in the' in result.output, result
     assert 'Did you mean: DualStreamFasterRCNN' in result.output, result
+
+
+@pytest.mark.parametrize('module,found', [('torch', '2.0.1'),
+                                          ('numpy', '3.0.0'),
+                                          ('mmcv', '2.2.0')])
+def test_out_of_range_version_names_found_and_supported(monkeypatch, module,
+                                                        found):
+    from mmsafe import _deps
+    real = _deps._installed_version
+    monkeypatch.setattr(
+        _deps, '_installed_version',
+        lambda name: found if name == module else real(name))
+    with pytest.raises(ImportError) as info:
+        _deps.check_dependencies()
+    message = str(info.value)
+    assert f'{module} {found} is installed' in message, message
+    assert 'Supported: Python >= 3.8, torch >= 2.1' in message
+    assert 'numpy 1.x or 2.x' in message
+    assert 'tools/setup_env.sh' in message
+
+
+def test_supported_versions_pass_the_check():
+    from mmsafe import _deps
+    _deps.check_dependencies()  # the suite's own stack is supported
+
+
+def test_python_requires_matches_the_import_check():
+    with open(osp.join(REPO_ROOT, 'setup.py'), encoding='utf-8') as f:
+        setup_py = f.read()
+    from mmsafe import _deps
+    minimum = '.'.join(map(str, _deps.PYTHON_MIN))
+    assert f"python_requires='>={minimum}'" in setup_py
+    assert "'torch>=2.1'" in setup_py and "'numpy>=1.22,<3'" in setup_py

@@ -211,6 +211,20 @@ def cpu_and_cuda() -> list:
         not torch.cuda.is_available(), reason='needs CUDA'))]
 
 
+def skip_without_autocast(device: str, dtype: str) -> None:
+    """Skip the calling test where this torch's autocast on ``device`` has
+    no ``dtype`` (CPU float16 before torch 2.4 or so: bfloat16 only, and
+    ``AmpNaNSkipOptimWrapper`` refuses float16 there, tested by
+    test_amp_matrix.py::test_cpu_float16_refused_where_torch_lacks_it)."""
+    import pytest
+    import torch
+
+    from mmsafe.compat import cpu_autocast_dtypes
+    if device == 'cpu' and getattr(torch, dtype) not in cpu_autocast_dtypes():
+        pytest.skip(f'torch {torch.__version__} has no CPU autocast in '
+                    f'{dtype}')
+
+
 @contextlib.contextmanager
 def logged_messages() -> Iterator[List[str]]:
     """The messages MMEngine's current logger emits inside the block (the

@@ -9,10 +9,11 @@ from mmengine.dataset import pseudo_collate
 from mmengine.logging import MessageHub
 from mmengine.optim import AmpOptimWrapper
 
+from mmsafe.compat import cpu_autocast_dtypes
 from mmsafe.engine.optimizers import AmpNaNSkipOptimWrapper
 from tests.engine.identity_toys import ReferenceCpuAmpOptimWrapper
 from tests.engine.step_toys import StepToyDataset, StepToyDetector
-from tests.utils import cpu_and_cuda
+from tests.utils import cpu_and_cuda, skip_without_autocast
 
 NAN_BATCH = 2
 BATCHES = [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
@@ -58,6 +59,7 @@ REFERENCES = {'cpu': ReferenceCpuAmpOptimWrapper, 'cuda': AmpOptimWrapper}
 @pytest.mark.parametrize('scale', sorted(LOSS_SCALES))
 @pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
 def test_healthy_steps_match_the_amp_reference(dtype, scale, clip, device):
+    skip_without_autocast(device, dtype)
     loss_scale = LOSS_SCALES[scale]
     clip_grad = dict(max_norm=1.0) if clip else None
     model, wrapper = train(AmpNaNSkipOptimWrapper, BATCHES, dtype,
@@ -85,10 +87,30 @@ def test_healthy_steps_match_the_amp_reference(dtype, scale, clip, device):
                 ref_wrapper.loss_scaler.state_dict())
 
 
+def test_cpu_float16_refused_where_torch_lacks_it():
+    """A torch whose CPU autocast has bfloat16 only (2.1, 2.2) gets a clear
+    error when the wrapper is built, not a RuntimeError from inside
+    torch.autocast at the first iteration."""
+    model = StepToyDetector()
+    kwargs = dict(dtype='float16', device_type='cpu',
+                  optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    if torch.float16 in cpu_autocast_dtypes():
+        assert AmpNaNSkipOptimWrapper(**kwargs).cast_dtype == torch.float16
+        return
+    with pytest.raises(ValueError) as info:
+        AmpNaNSkipOptimWrapper(**kwargs)
+    message = str(info.value)
+    assert "supports ['bfloat16'] only, not float16" in message, message
+    assert "optim_wrapper.dtype='bfloat16'" in message
+
+
 def test_every_amp_optim_wrapper_option_builds():
     from mmdet.registry import OPTIM_WRAPPERS
     model = StepToyDetector()
-    for dtype in (None, 'float16', 'bfloat16', torch.bfloat16):
+    dtypes = [None, 'bfloat16', torch.bfloat16]
+    if torch.float16 in cpu_autocast_dtypes():
+        dtypes.append('float16')
+    for dtype in dtypes:
         for loss_scale in ('dynamic', 512.0, 64, dict(init_scale=8.0),
                            dict(enabled=False)):
             wrapper = OPTIM_WRAPPERS.build(dict(

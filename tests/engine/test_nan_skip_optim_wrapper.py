@@ -20,7 +20,7 @@ from mmsafe.engine.optimizers import (AmpNaNSkipOptimWrapper,
 from mmsafe.events import read_events
 from tests.engine import step_toys_runs as runs
 from tests.engine.step_toys import StepToyDataset, StepToyDetector
-from tests.utils import REPO_ROOT, cpu_and_cuda
+from tests.utils import REPO_ROOT, cpu_and_cuda, skip_without_autocast
 
 
 @pytest.fixture(autouse=True)
@@ -166,6 +166,7 @@ def test_amp_nan_keeps_scaler_legal_and_backs_off(fresh_state, device):
 
 @pytest.mark.parametrize('device', cpu_and_cuda())
 def test_amp_fp16_overflow_is_counted_apart(fresh_state, device):
+    skip_without_autocast(device, 'float16')
     data = StepToyDataset()
     model, wrapper = make(AmpNaNSkipOptimWrapper, dtype='float16',
                           device=device,
@@ -321,6 +322,7 @@ def test_amp_on_cpu_through_nan_and_accumulation():
     AmpNaNSkipOptimWrapper (CPU autocast, fp16, GradScaler); early fp16
     overflows, NaN loss on rank 1 at iteration 7 (end of window 6-7) and 8
     (first half of window 8-9), accumulative_counts=2."""
+    skip_without_autocast('cpu', 'float16')
     faults = runs.fault(1, 7, 'nan_loss') + runs.fault(1, 8, 'nan_loss')
     wrapper = runs.sgd_wrapper(accumulative_counts=2, dtype='float16',
                                loss_scale=dict(init_scale=2.0**22),

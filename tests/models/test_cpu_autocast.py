@@ -14,9 +14,11 @@ from mmcv.ops import RoIAlign, nms
 from mmengine.logging import MessageHub
 from mmengine.model import BaseModel
 
+from mmsafe.compat import autocast_enabled
 from mmsafe.engine.optimizers import (AmpNaNSkipOptimWrapper,
                                       NaNSkipOptimWrapper)
 from tests.models.test_dual_stream_faster_rcnn import _build, _data
+from tests.utils import skip_without_autocast
 
 BOXES = [[[10, 8, 20, 40]], [[40, 5, 60, 50], [5, 5, 15, 30]]]
 
@@ -45,6 +47,7 @@ def _mmcv_untouched():
 
 @pytest.mark.parametrize('dtype', ['bfloat16', 'float16'])
 def test_dual_stream_heads_run_in_float32_under_cpu_autocast(dtype):
+    skip_without_autocast('cpu', dtype)
     model = _build()
     model.train()
     seen = {}
@@ -53,7 +56,7 @@ def test_dual_stream_heads_run_in_float32_under_cpu_autocast(dtype):
         def hook(module, args, output=None):
             # Outputs of the backbone, inputs (the features) of the heads.
             feats = args[0] if output is None else output
-            seen[name] = (feats[0].dtype, torch.is_autocast_enabled('cpu'))
+            seen[name] = (feats[0].dtype, autocast_enabled('cpu'))
         return hook
 
     model.backbone.register_forward_hook(record('backbone'))
@@ -108,6 +111,7 @@ def _toy_batch():
 @pytest.mark.parametrize('op', ['roi_align', 'nms'])
 @pytest.mark.parametrize('dtype', ['bfloat16', 'float16'])
 def test_half_tensors_in_an_mmcv_op_get_a_clear_error(op, dtype):
+    skip_without_autocast('cpu', dtype)
     model = _RoIToy(op)
     with pytest.raises(RuntimeError) as info:
         model.train_step(_toy_batch(), _amp(model, dtype))
