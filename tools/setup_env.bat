@@ -88,8 +88,11 @@ if errorlevel 1 goto :fail
 "%PY%" "%PLAN%" numpy
 if errorlevel 1 goto :fail
 
-rem 3. mmcv with compiled ops that run against THIS torch.
+rem 3. mmcv with compiled ops that run against THIS torch. mmcv imports
+rem mmengine, so mmengine comes first (else every check of mmcv fails).
 :mmcv
+"%PY%" -m pip install -c "%CONSTRAINTS%" mmengine==0.10.7
+if errorlevel 1 goto :fail
 "%PY%" -c "%MMCV_OK%" >nul 2>&1
 if not errorlevel 1 goto :stack
 "%PY%" -m pip install -c "%CONSTRAINTS%" "setuptools<70" wheel ninja packaging

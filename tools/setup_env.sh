@@ -85,7 +85,9 @@ if ! "$PY" "$PLAN" numpy; then
 fi
 PIPC=("${PIP[@]}" install -c "$CONSTRAINTS")
 
-# 3. mmcv with compiled ops that run against THIS torch.
+# 3. mmcv with compiled ops that run against THIS torch. mmcv imports
+#    mmengine, so mmengine comes first (else every check of mmcv fails).
+"${PIPC[@]}" "mmengine==0.10.7"
 MMCV_OK='import torch, mmcv; from mmcv.ops import nms
 assert mmcv.__version__ == "2.1.0", mmcv.__version__
 b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]])
@@ -117,8 +119,8 @@ else
     if ls "$WHEELS"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
       say "reusing the mmcv wheel built earlier for this torch ($WHEELS)"
       "${PIPC[@]}" --no-deps --force-reinstall "$WHEELS"/mmcv-2.1.0-*.whl
-      if ! "$PY" -c "$MMCV_OK" >/dev/null 2>&1; then
-        say "that wheel does not work with this torch: building again"
+      if ! WHY="$("$PY" -c "$MMCV_OK" 2>&1)"; then
+        say "that wheel does not work with this torch (${WHY##*$'\n'}): building again"
         rm -f "$WHEELS"/mmcv-2.1.0-*.whl
       fi
     fi

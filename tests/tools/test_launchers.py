@@ -322,7 +322,9 @@ def test_setup_env_fresh_install_order(sandbox):
         ['-c', 'import numpy'],
         ['-m', 'pip', 'install', 'numpy'],
         ['plan', 'numpy'],
-        # mmcv: the planner's prebuilt index, which has a working wheel
+        # mmcv, after mmengine (which mmcv imports): the planner's
+        # prebuilt index, which has a working wheel
+        PIP_C + ['mmengine==0.10.7'],
         ['-c', 'mmcv ops'],
         PIP_C + ['setuptools<70', 'wheel', 'ninja', 'packaging'],
         ['plan', 'mmcv'],
@@ -392,11 +394,11 @@ def test_setup_env_torch_built_against_numpy_1(sandbox):
         ['plan', 'numpy'],
         PIP_C + ['numpy<2'],
         ['plan', 'numpy'],  # now torch can use it
-        ['-c', 'mmcv ops']]
+        PIP_C + ['mmengine==0.10.7']]
     # Every install after torch's and numpy's is held by the constraints,
     # mmsafe's own (--no-deps) aside.
     installs = [s for s in steps[at:] if s[:3] == ['-m', 'pip', 'install']]
-    assert [s[3:5] for s in installs] == [['-c', '<constraints>']] * 4 + [
+    assert [s[3:5] for s in installs] == [['-c', '<constraints>']] * 5 + [
         ['--no-deps', '--no-build-isolation']]
     assert PIP_C + STACK in installs
     assert '[setup_env] ok:' in result.flat
