@@ -75,14 +75,12 @@ fi
 # 2. numpy that this torch can exchange arrays with. A torch built against
 #    numpy 1.x (torch 2.1/2.2) cannot use numpy 2, and opencv >= 4.11 needs
 #    numpy 2: both are then held below 2 / 4.11 for every later install.
-: > "$CONSTRAINTS"
-"$PY" -c "import numpy" >/dev/null 2>&1 || "${PIP[@]}" install numpy
-if ! "$PY" "$PLAN" numpy; then
-  say "this torch was built against numpy 1.x: keeping numpy<2 and opencv<4.11"
-  printf '%s\n' 'numpy<2' 'opencv-python<4.11' 'opencv-python-headless<4.11' > "$CONSTRAINTS"
-  "${PIP[@]}" install -c "$CONSTRAINTS" "numpy<2"
-  "$PY" "$PLAN" numpy
+"$PY" "$PLAN" numpy-pin > "$CONSTRAINTS"
+if [ -s "$CONSTRAINTS" ]; then
+  say "this torch was built against numpy 1.x: keeping $(tr '\n' ' ' < "$CONSTRAINTS")for every install"
 fi
+"${PIP[@]}" install -c "$CONSTRAINTS" numpy
+"$PY" "$PLAN" numpy
 PIPC=("${PIP[@]}" install -c "$CONSTRAINTS")
 
 # 3. mmcv with compiled ops that run against THIS torch. mmcv imports

@@ -6,8 +6,10 @@ the standard library (it runs before torch is installed) and prints
 
     python tools/setup_plan.py torch    # TORCH_REQ, TORCH_INDEX, NOTE
     python tools/setup_plan.py mmcv     # MMCV_INDEX, MMCV_WHEEL_DIR, NOTE
+    python tools/setup_plan.py numpy-pin  # the constraints this torch's
+                                          # numpy ABI needs (one a line)
     python tools/setup_plan.py numpy    # exit 1 when torch cannot use the
-                                        # installed numpy (a numpy 1 build)
+                                        # installed numpy
 
 The default stack is the one for which OpenMMLab publishes prebuilt mmcv
 2.1.0 wheels: torch 2.1.2, the CUDA 12.1 build when an NVIDIA GPU is present,
@@ -167,6 +169,40 @@ def plan_mmcv(env=None, probe=None):
     return dict(MMCV_INDEX=index, MMCV_WHEEL_DIR=wheel_dir, NOTE=note)
 
 
+#: what a torch built against numpy 1.x needs held for every install (numpy
+#: 2 cannot be loaded by it; opencv >= 4.11 requires numpy 2)
+NUMPY1_PINS = ('numpy<2', 'opencv-python<4.11', 'opencv-python-headless<4.11')
+#: the module that extensions built against numpy 2 import first (numpy 1
+#: builds name only ``numpy.core._multiarray_umath``)
+NUMPY2_IMPORT = b'numpy._core._multiarray_umath'
+NUMPY1_IMPORT = b'numpy.core._multiarray_umath'
+
+
+def torch_numpy_abi():
+    """1 or 2: the numpy major version torch's binding was built against,
+    read from the library without importing torch (None when not found)."""
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec('torch')
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        for lib in glob.glob(osp.join(folder, 'lib', '*torch_python*')):
+            with open(lib, 'rb') as f:
+                data = f.read()
+            if NUMPY2_IMPORT in data:
+                return 2
+            if NUMPY1_IMPORT in data:
+                return 1
+    return None
+
+
+def numpy_pins() -> list:
+    """Constraints for every install after torch's: numpy<2 (and an opencv
+    that still takes numpy 1) for a torch built against numpy 1.x."""
+    return list(NUMPY1_PINS) if torch_numpy_abi() == 1 else []
+
+
 def numpy_usable() -> str:
     """'' when torch exchanges arrays with the installed numpy, else why
     not (a torch built against numpy 1.x cannot use numpy 2)."""
@@ -186,6 +222,10 @@ def main(argv=None) -> int:
         plan = plan_torch()
     elif what == 'mmcv':
         plan = plan_mmcv()
+    elif what == 'numpy-pin':
+        for line in numpy_pins():
+            print(line)
+        return 0
     elif what == 'numpy':
         problem = numpy_usable()
         if problem:
