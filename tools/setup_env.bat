@@ -71,19 +71,10 @@ rem 2. numpy that this torch can exchange arrays with. A torch built against
 rem numpy 1.x (torch 2.1/2.2) cannot use numpy 2, and opencv >= 4.11 needs
 rem numpy 2: both are then held below 2 / 4.11 for every later install.
 :numpy
-"%PY%" -c "import numpy" >nul 2>&1
-if not errorlevel 1 goto :have_numpy
-"%PY%" -m pip install numpy
+"%PY%" "%PLAN%" numpy-pin > "%CONSTRAINTS%"
 if errorlevel 1 goto :fail
-:have_numpy
-type nul > "%CONSTRAINTS%"
-"%PY%" "%PLAN%" numpy
-if not errorlevel 1 goto :mmcv
-echo [setup_env] this torch was built against numpy 1.x: keeping numpy^<2 and opencv^<4.11
-> "%CONSTRAINTS%" echo numpy^<2
->> "%CONSTRAINTS%" echo opencv-python^<4.11
->> "%CONSTRAINTS%" echo opencv-python-headless^<4.11
-"%PY%" -m pip install -c "%CONSTRAINTS%" "numpy<2"
+for %%s in ("%CONSTRAINTS%") do if %%~zs gtr 0 echo [setup_env] this torch was built against numpy 1.x: keeping numpy^<2 and opencv^<4.11 for every install
+"%PY%" -m pip install -c "%CONSTRAINTS%" numpy
 if errorlevel 1 goto :fail
 "%PY%" "%PLAN%" numpy
 if errorlevel 1 goto :fail

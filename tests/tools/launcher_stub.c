@@ -21,7 +21,7 @@
  *   python -m pip wheel ... -w DIR mmcv==2.1.0
  *                             writes DIR\mmcv-2.1.0-cp311-cp311-win_amd64.whl
  *                             (same failures)
- *   python ...\setup_plan.py torch|mmcv|numpy
+ *   python ...\setup_plan.py torch|mmcv|numpy-pin|numpy
  *                             answers as tools/setup_plan.py does, from fixed
  *                             plans that these variables change:
  *       torch: TORCH_REQ=%MMSAFE_STUB_PLAN_TORCH_REQ% (torch==2.1.2),
@@ -34,8 +34,11 @@
  *              index), NOTE=%MMSAFE_STUB_PLAN_MMCV_NOTE%, MMCV_WHEEL_DIR=
  *              <MMSAFE_CACHE_DIR or %LOCALAPPDATA%\mmsafe>\wheels\
  *              mmcv-2.1.0\torch2.1.2-cpuops-cp311; fails without torch
+ *       numpy-pin: the numpy 1 pins with %MMSAFE_STUB_NUMPY1% set, else
+ *              nothing; fails without torch
  *       numpy: exits 1 without numpy, and with %MMSAFE_STUB_NUMPY1% set
- *              until "numpy<2" is installed
+ *              until "numpy<2" is installed (asked for, or held by the
+ *              constraints file of the install)
  *                             The script must exist, as python needs it.
  *   python tools\train.py ... exits %MMSAFE_STUB_TRAIN_RC% (default 0); when
  *                             non-zero, first writes a 60-line log in
@@ -183,6 +186,20 @@ static const char *env_or(const char *name, const char *fallback) {
   return v ? v : fallback;
 }
 
+/* Whether the text file PATH has a line equal to LINE. */
+static int holds(const char *path, const char *line) {
+  char buf[512];
+  FILE *f = fopen(path, "r");
+  int found = 0;
+  if (!f) return 0;
+  while (!found && fgets(buf, sizeof buf, f)) {
+    buf[strcspn(buf, "\r\n")] = 0;
+    found = !strcmp(buf, line);
+  }
+  fclose(f);
+  return found;
+}
+
 /* tools\setup_plan.py, as tools/setup_env.bat sees it. */
 static int setup_plan(void) {
   const char *what = argc >= 3 ? argv[2] : "";
@@ -215,6 +232,15 @@ static int setup_plan(void) {
     else printf("MMCV_WHEEL_DIR=%s\\mmsafe", env_or("LOCALAPPDATA", "C:"));
     printf("\\wheels\\mmcv-2.1.0\\torch2.1.2-cpuops-cp311\n");
     printf("NOTE=%s\n", env_or("MMSAFE_STUB_PLAN_MMCV_NOTE", ""));
+    return 0;
+  }
+  if (!strcmp(what, "numpy-pin")) {
+    if (!installed("torch")) {
+      fprintf(stderr, "ModuleNotFoundError: No module named 'torch'\n");
+      return 1;
+    }
+    if (env("MMSAFE_STUB_NUMPY1"))
+      puts("numpy<2\nopencv-python<4.11\nopencv-python-headless<4.11");
     return 0;
   }
   if (!strcmp(what, "numpy")) {
@@ -281,9 +307,10 @@ static int python(void) {
   if (argc >= 4 && !strcmp(argv[1], "-m") && !strcmp(argv[2], "pip") &&
       !strcmp(argv[3], "install")) {
     if (pip_fails()) return 1;
+    const char *held = NULL;  /* the constraints file */
     for (i = 4; i < argc; i++) {
       const char *a = argv[i];
-      if (!strcmp(a, "-c")) i++;  /* the constraints file */
+      if (!strcmp(a, "-c")) held = argv[++i];
       else if (!strcmp(a, "-e")) install("mmsafe");
       else if (!strncmp(a, "mmcv==", 6)) install("mmcv");
       else if (strstr(a, "mmcv-2.1.0-") && ends_with(a, ".whl")) {
@@ -297,7 +324,8 @@ static int python(void) {
       else if (!strncmp(a, "torch", 5)) install("torch");
       else if (!strncmp(a, "numpy", 5)) {
         install("numpy");
-        if (!strcmp(a, "numpy<2")) install("numpy1");
+        if (!strcmp(a, "numpy<2") || (held && holds(held, "numpy<2")))
+          install("numpy1");
       }
     }
     return 0;

@@ -318,9 +318,9 @@ def test_setup_env_fresh_install_order(sandbox):
         ['plan', 'torch'],
         ['-m', 'pip', 'install', '--extra-index-url', CPU_INDEX,
          'torch==2.1.2'],
-        # numpy, which this torch can use: no constraints needed
-        ['-c', 'import numpy'],
-        ['-m', 'pip', 'install', 'numpy'],
+        # numpy, which this torch can use: no pins needed
+        ['plan', 'numpy-pin'],
+        PIP_C + ['numpy'],
         ['plan', 'numpy'],
         # mmcv, after mmengine (which mmcv imports): the planner's
         # prebuilt index, which has a working wheel
@@ -385,18 +385,17 @@ def test_setup_env_torch_built_against_numpy_1(sandbox):
     result = sandbox.run('setup_env.bat', env=dict(MMSAFE_STUB_NUMPY1='1'))
     assert result.returncode == 0, result
     assert ('[setup_env] this torch was built against numpy 1.x: keeping '
-            'numpy<2 and opencv<4.11') in result.flat
+            'numpy<2 and opencv<4.11 for every install') in result.flat
     assert constraints(sandbox) == NUMPY1_CONSTRAINTS
     steps = setup_steps(sandbox)
-    at = steps.index(['plan', 'numpy'])
-    assert steps[at - 1:at + 4] == [
-        ['-m', 'pip', 'install', 'numpy'],
-        ['plan', 'numpy'],
-        PIP_C + ['numpy<2'],
-        ['plan', 'numpy'],  # now torch can use it
+    at = steps.index(['plan', 'numpy-pin'])
+    assert steps[at:at + 4] == [
+        ['plan', 'numpy-pin'],
+        PIP_C + ['numpy'],  # held below 2 by the pins
+        ['plan', 'numpy'],  # which torch can use
         PIP_C + ['mmengine==0.10.7']]
-    # Every install after torch's and numpy's is held by the constraints,
-    # mmsafe's own (--no-deps) aside.
+    # Every install after torch's is held by the constraints, mmsafe's own
+    # (--no-deps) aside.
     installs = [s for s in steps[at:] if s[:3] == ['-m', 'pip', 'install']]
     assert [s[3:5] for s in installs] == [['-c', '<constraints>']] * 5 + [
         ['--no-deps', '--no-build-isolation']]

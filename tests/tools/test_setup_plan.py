@@ -409,3 +409,47 @@ def test_main_without_a_known_command_prints_usage(capsys):
     assert sp.main(['torchvision']) == 2
     out = capsys.readouterr().out
     assert out.count('python tools/setup_plan.py torch') == 2
+
+
+def _torch_folder(tmp_path, monkeypatch, library: bytes):
+    """A torch package folder whose binding holds ``library``, found by
+    find_spec as the installed torch would be."""
+    folder = tmp_path / 'torch'
+    (folder / 'lib').mkdir(parents=True)
+    (folder / 'lib' / 'libtorch_python.so').write_bytes(library)
+    spec = types.SimpleNamespace(submodule_search_locations=[str(folder)])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec',
+                        lambda name, *a: spec if name == 'torch'
+                        else real(name, *a))
+
+
+@pytest.mark.parametrize('library,abi,pins', [
+    (b'\x00numpy.core._multiarray_umath\x00', 1, list(sp.NUMPY1_PINS)),
+    (b'\x00numpy._core._multiarray_umath\x00numpy.core._multiarray_umath',
+     2, []),
+    (b'\x00no numpy here\x00', None, [])])
+def test_numpy_pins_follow_the_abi_torch_was_built_against(
+        tmp_path, monkeypatch, library, abi, pins):
+    _torch_folder(tmp_path, monkeypatch, library)
+    assert sp.torch_numpy_abi() == abi
+    assert sp.numpy_pins() == pins
+
+
+def test_numpy_abi_of_the_installed_torch_agrees_with_numpy():
+    """The torch of this environment: built against numpy 2 where numpy 2
+    is installed and usable; numpy 1 builds are pinned."""
+    import numpy
+    abi = sp.torch_numpy_abi()
+    assert abi in (1, 2)
+    if numpy.__version__.startswith('2'):
+        assert abi == 2 and sp.numpy_usable() == ''
+    else:
+        assert sp.numpy_pins() == ([] if abi == 2 else list(sp.NUMPY1_PINS))
+
+
+def test_main_numpy_pin_prints_one_pin_a_line(tmp_path, monkeypatch,
+                                              capsys):
+    _torch_folder(tmp_path, monkeypatch, b'numpy.core._multiarray_umath')
+    assert sp.main(['numpy-pin']) == 0
+    assert capsys.readouterr().out.splitlines() == list(sp.NUMPY1_PINS)
