@@ -18,6 +18,7 @@ It refuses, before anything runs:
   opcodes and the copyreg extension registry;
 * numpy dtypes that hold Python objects (object arrays and scalars).
 """
+import _compat_pickle
 import pickle
 from typing import Any, Dict, Iterable
 
@@ -55,6 +56,10 @@ class WeightsOnlyUnpickler(pickle._Unpickler):
 
     # -- globals --------------------------------------------------------
     def find_class(self, module: str, name: str) -> Any:
+        if self.proto < 3 and self.fix_imports:
+            # protocol 2 (torch.save's) writes Python 2 names:
+            # __builtin__.getattr is builtins.getattr
+            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         full = f'{module}.{name}'
         try:
             return self.allowed[full]

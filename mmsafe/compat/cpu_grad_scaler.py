@@ -18,6 +18,7 @@ with the same arithmetic:
 :func:`mmsafe.compat.grad_scaler` returns it only where torch has no CPU
 GradScaler; state dicts are the same as torch's.
 """
+import sys
 from collections import abc, defaultdict
 from typing import Dict
 
@@ -26,9 +27,14 @@ from torch.cuda.amp import GradScaler as _TorchGradScaler
 
 
 def _fresh_optimizer_state() -> dict:
-    # torch's per-optimizer bookkeeping: the stage and the found_inf dict.
-    from torch.cuda.amp.grad_scaler import _refresh_per_optimizer_state
-    return _refresh_per_optimizer_state()
+    """torch's per-optimizer bookkeeping (the stage and the found_inf
+    dict), from the module that defines the GradScaler in use."""
+    for cls in _TorchGradScaler.__mro__:
+        module = sys.modules.get(cls.__module__)
+        fresh = getattr(module, '_refresh_per_optimizer_state', None)
+        if fresh is not None:
+            return fresh()
+    raise RuntimeError('torch has no GradScaler bookkeeping to extend')
 
 
 class CpuGradScaler(_TorchGradScaler):

@@ -39,20 +39,30 @@ class _Eval:
         return eval, (f"open({self.marker!r}, 'w')", )
 
 
+class _GetattrCallable:
+    """Pickles as ``getattr(owner, name)``; callable, so that pickle lets
+    it stand as the function of another object's reduce."""
+
+    def __init__(self, owner, name):
+        self.owner, self.name = owner, name
+
+    def __call__(self, *args):
+        raise AssertionError('never called while pickling')
+
+    def __reduce__(self):
+        return getattr, (self.owner, self.name)
+
+
 class _GetattrThenCall:
-    """``getattr(os, 'system')`` as the callable of a REDUCE."""
+    """``getattr(HistoryBuffer, '__init__')(marker)``: a getattr chain that
+    reaches a method outside HistoryBuffer's statistics and calls it."""
 
     def __init__(self, marker):
         self.marker = marker
 
     def __reduce__(self):
-        return _Apply(), ()
-
-
-class _Apply:
-
-    def __reduce__(self):
-        return getattr, (os, 'system')
+        from mmengine.logging import HistoryBuffer
+        return _GetattrCallable(HistoryBuffer, '__init__'), (self.marker, )
 
 
 def _history_hub():
@@ -152,9 +162,11 @@ def test_malicious_payload_refused_without_running(tmp_path, how, payload):
     with pytest.raises(pickle.UnpicklingError, match=named):
         load(path)
     assert not osp.exists(marker), 'the checkpoint ran code while loading'
-    # explain_refusals names the object and the opt-in
+    # explain_refusals names the object and the opt-in (the getattr
+    # stand-in names the attribute it refuses and what does resolve)
     with pytest.raises(trust.UntrustedCheckpointError,
-                       match='mmsafe_trusted_globals'):
+                       match='mmsafe_trusted_globals|only the statistics '
+                       'methods of mmengine.logging.HistoryBuffer'):
         with trust.explain_refusals(path):
             load(path)
     assert not osp.exists(marker)
