@@ -211,6 +211,16 @@ def cpu_and_cuda() -> list:
         not torch.cuda.is_available(), reason='needs CUDA'))]
 
 
+def load_module_from_path(name: str, path: str):
+    """Import the script at ``path`` (e.g. a file of tools/, which is not a
+    package) as module ``name``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def skip_without_autocast(device: str, dtype: str) -> None:
     """Skip the calling test where this torch's autocast on ``device`` has
     no ``dtype`` (CPU float16 before torch 2.4 or so: bfloat16 only, and

@@ -7,7 +7,6 @@ synthetic LLVIP tree in a temporary folder; each case breaks one setting of
 it the way users do (a typo, a missing file, a corrupt image, a value that
 PyTorch or MMEngine rejects only after minutes of start-up).
 """
-import importlib.util
 import io
 import json
 import os
@@ -19,7 +18,8 @@ import textwrap
 import pytest
 import torch
 
-from tests.utils import REPO_ROOT, run_command, write_config
+from tests.utils import (REPO_ROOT, load_module_from_path, run_command,
+                         write_config)
 
 PREFLIGHT = osp.join(REPO_ROOT, 'tools', 'preflight.py')
 DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
@@ -30,11 +30,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _load_cli():
-    spec = importlib.util.spec_from_file_location('mmsafe_tools_preflight',
-                                                  PREFLIGHT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_from_path('mmsafe_tools_preflight', PREFLIGHT)
 
 
 @pytest.fixture(scope='module')

@@ -13,7 +13,7 @@ import urllib.error
 
 import pytest
 
-from tests.utils import REPO_ROOT
+from tests.utils import REPO_ROOT, load_module_from_path
 
 PLAN_PY = osp.join(REPO_ROOT, 'tools', 'setup_plan.py')
 CU121 = 'https://download.pytorch.org/whl/cu121'
@@ -21,15 +21,7 @@ CPU = 'https://download.pytorch.org/whl/cpu'
 PY = f'cp{sys.version_info[0]}{sys.version_info[1]}'
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location('mmsafe_setup_plan',
-                                                  PLAN_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-sp = _load()
+sp = load_module_from_path('mmsafe_setup_plan', PLAN_PY)
 
 
 @pytest.fixture(autouse=True)
