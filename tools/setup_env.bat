@@ -92,8 +92,10 @@ if errorlevel 1 goto :fail
 if errorlevel 1 goto :fail
 set "PLAN_MMCV_INDEX="
 set "PLAN_MMCV_WHEEL_DIR="
+set "PLAN_MMCV_BUILD="
 for /f "usebackq tokens=1,* delims==" %%a in ("%PLAN_OUT%") do set "PLAN_%%a=%%b"
 for /f "usebackq tokens=1,* delims==" %%a in ("%PLAN_OUT%") do if "%%a"=="NOTE" if not "%%b"=="" echo [setup_env] %%b
+for /f "usebackq tokens=1,* delims==" %%a in ("%PLAN_OUT%") do if "%%a"=="MMCV_BUILD" if not "%%b"=="ok" echo [setup_env] %%b
 del "%PLAN_OUT%"
 if not defined PLAN_MMCV_INDEX goto :fail
 if not defined PLAN_MMCV_WHEEL_DIR goto :fail
@@ -118,6 +120,11 @@ if not exist "%WHEELS%\mmcv-2.1.0-*.whl" goto :build_mmcv
 echo [setup_env] reusing the mmcv wheel built earlier for this torch (%WHEELS%)
 goto :install_mmcv
 :build_mmcv
+if not defined PLAN_MMCV_BUILD goto :build_mmcv_ok
+if "%PLAN_MMCV_BUILD%"=="ok" goto :build_mmcv_ok
+echo [setup_env] no mmcv wheel for this torch and no way to build one (see above)
+goto :fail
+:build_mmcv_ok
 echo [setup_env] building %MMCV_REQ% with ops from source (needs Visual Studio Build Tools; once per torch build)
 if not exist "%WHEELS%\" mkdir "%WHEELS%"
 set "MMCV_WITH_OPS=1"

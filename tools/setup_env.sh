@@ -94,7 +94,7 @@ if "$PY" -c "$MMCV_OK" >/dev/null 2>&1; then
   say "mmcv $("$PY" -c 'import mmcv; print(mmcv.__version__)') with ops already installed"
 else
   "${PIPC[@]}" "setuptools<70" wheel ninja packaging
-  PLAN_NOTE=""
+  PLAN_NOTE=""; PLAN_MMCV_BUILD=ok
   read_plan < <("$PY" "$PLAN" mmcv)
   GOT_WHEEL=0
   if [ "$PLAN_MMCV_INDEX" != none ]; then
@@ -123,6 +123,10 @@ else
       fi
     fi
     if ! ls "$WHEELS"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
+      if [ "${PLAN_MMCV_BUILD:-ok}" != ok ]; then
+        say "$PLAN_MMCV_BUILD"
+        exit 1
+      fi
       JOBS="$(nproc 2>/dev/null || echo 2)"
       say "building $MMCV_REQ with ops for torch $("$PY" -c 'import torch; print(torch.__version__)') (MAX_JOBS=$JOBS; 10-20 minutes on 2 cores, once per torch build)"
       mkdir -p "$WHEELS"

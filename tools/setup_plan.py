@@ -142,6 +142,22 @@ def mmcv_build_key(torch_version: str, cuda_ops: bool, py=None) -> str:
     return f'torch{torch_version}-{ops}-cp{py[0]}{py[1]}'
 
 
+def aten_cxx_standard(torch_dir: str):
+    """The C++ standard that torch's ATen headers demand (17, 20, ...), or
+    None when they say nothing: mmcv 2.1.0 compiles its ops with
+    ``-std=c++17``, so a torch whose headers need C++20 cannot build it."""
+    import re
+    header = osp.join(torch_dir, 'include', 'ATen', 'ATen.h')
+    try:
+        with open(header, encoding='utf-8', errors='replace') as f:
+            text = f.read()
+    except OSError:
+        return None
+    match = re.search(r'#error C\+\+(\d+) or later compatible compiler',
+                      text)
+    return int(match.group(1)) if match else None
+
+
 def plan_mmcv(env=None, probe=None):
     """Where a prebuilt mmcv may be found and where a built one is kept.
 
@@ -166,7 +182,17 @@ def plan_mmcv(env=None, probe=None):
                     f'{torch.__version__} at {index} (OpenMMLab publishes '
                     'them for torch 2.1 and older), or it is not reachable')
             index = 'none'
-    return dict(MMCV_INDEX=index, MMCV_WHEEL_DIR=wheel_dir, NOTE=note)
+    where = getattr(torch, '__file__', None)
+    standard = aten_cxx_standard(osp.dirname(where)) if where else None
+    build = 'ok'
+    if standard and standard > 17:
+        build = (f'torch {torch.__version__} needs C++{standard} for '
+                 f'extensions and mmcv {MMCV_VERSION} compiles its ops as '
+                 'C++17: mmcv cannot be built for this torch. Use torch 2.14 '
+                 'or older (MMSAFE_TORCH=torch==2.1.2, the default), or a '
+                 'prebuilt mmcv wheel (MMSAFE_MMCV_INDEX)')
+    return dict(MMCV_INDEX=index, MMCV_WHEEL_DIR=wheel_dir, NOTE=note,
+                MMCV_BUILD=build)
 
 
 #: what a torch built against numpy 1.x needs held for every install (numpy

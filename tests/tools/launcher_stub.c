@@ -33,7 +33,9 @@
  *              %MMSAFE_STUB_PLAN_MMCV_INDEX% (OpenMMLab's cpu/torch2.1
  *              index), NOTE=%MMSAFE_STUB_PLAN_MMCV_NOTE%, MMCV_WHEEL_DIR=
  *              <MMSAFE_CACHE_DIR or %LOCALAPPDATA%\mmsafe>\wheels\
- *              mmcv-2.1.0\torch2.1.2-cpuops-cp311; fails without torch
+ *              mmcv-2.1.0\torch2.1.2-cpuops-cp311, MMCV_BUILD=
+ *              %MMSAFE_STUB_PLAN_MMCV_BUILD% (only when set); fails
+ *              without torch
  *       numpy-pin: the numpy 1 pins with %MMSAFE_STUB_NUMPY1% set, else
  *              nothing; fails without torch
  *       numpy: exits 1 without numpy, and with %MMSAFE_STUB_NUMPY1% set
@@ -232,6 +234,8 @@ static int setup_plan(void) {
     else printf("MMCV_WHEEL_DIR=%s\\mmsafe", env_or("LOCALAPPDATA", "C:"));
     printf("\\wheels\\mmcv-2.1.0\\torch2.1.2-cpuops-cp311\n");
     printf("NOTE=%s\n", env_or("MMSAFE_STUB_PLAN_MMCV_NOTE", ""));
+    if (env("MMSAFE_STUB_PLAN_MMCV_BUILD"))
+      printf("MMCV_BUILD=%s\n", env("MMSAFE_STUB_PLAN_MMCV_BUILD"));
     return 0;
   }
   if (!strcmp(what, "numpy-pin")) {

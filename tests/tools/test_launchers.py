@@ -565,3 +565,22 @@ def test_linux_launcher_trains_and_tensorboard_serves_the_run(tmp_path):
         proc.wait()
         reader.join(timeout=10)
         os.close(master)
+
+
+@needs_wine
+@pytest.mark.timeout(300)
+def test_setup_env_stops_where_mmcv_cannot_be_built(sandbox):
+    """A torch whose headers need C++20 (mmcv 2.1.0 compiles as C++17)
+    and no prebuilt wheel: the planner's reason, no build attempted."""
+    reason = ('torch 2.15.0 needs C++20 for extensions and mmcv 2.1.0 '
+              'compiles its ops as C++17: mmcv cannot be built for this '
+              'torch. Use torch 2.14 or older (MMSAFE_TORCH=torch==2.1.2, '
+              'the default), or a prebuilt mmcv wheel (MMSAFE_MMCV_INDEX)')
+    result = sandbox.run('setup_env.bat', env=dict(
+        MMSAFE_MMCV_INDEX='none', MMSAFE_STUB_PLAN_MMCV_BUILD=reason))
+    assert result.returncode == 1, result
+    assert f'[setup_env] {reason}' in result.flat
+    assert 'no mmcv wheel for this torch and no way to build one' in \
+        result.flat
+    assert not any(c['args'][:3] == ['-m', 'pip', 'wheel']
+                   for c in sandbox.calls('python'))

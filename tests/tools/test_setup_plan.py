@@ -445,3 +445,29 @@ def test_main_numpy_pin_prints_one_pin_a_line(tmp_path, monkeypatch,
     _torch_folder(tmp_path, monkeypatch, b'numpy.core._multiarray_umath')
     assert sp.main(['numpy-pin']) == 0
     assert capsys.readouterr().out.splitlines() == list(sp.NUMPY1_PINS)
+
+
+@pytest.mark.parametrize('header,standard', [
+    ('#if !defined(_MSC_VER) && __cplusplus < 201703L\n'
+     '#error C++17 or later compatible compiler is required to use ATen.\n',
+     17),
+    ('#if (!defined(_MSVC_LANG) && __cplusplus < 202002L)\n'
+     '#error C++20 or later compatible compiler is required to use ATen.\n',
+     20),
+    ('// nothing said\n', None)])
+def test_aten_cxx_standard_read_from_the_headers(tmp_path, header, standard):
+    (tmp_path / 'include' / 'ATen').mkdir(parents=True)
+    (tmp_path / 'include' / 'ATen' / 'ATen.h').write_text(header)
+    assert sp.aten_cxx_standard(str(tmp_path)) == standard
+    assert sp.aten_cxx_standard(str(tmp_path / 'missing')) is None
+
+
+def test_plan_mmcv_says_when_this_torch_cannot_build_mmcv(monkeypatch):
+    import torch
+    monkeypatch.setattr(sp, 'aten_cxx_standard', lambda folder: 20)
+    plan = sp.plan_mmcv(env=dict(MMSAFE_MMCV_INDEX='none'))
+    assert plan['MMCV_BUILD'].startswith(
+        f'torch {torch.__version__} needs C++20 for extensions')
+    monkeypatch.setattr(sp, 'aten_cxx_standard', lambda folder: 17)
+    assert sp.plan_mmcv(env=dict(MMSAFE_MMCV_INDEX='none'))[
+        'MMCV_BUILD'] == 'ok'
