@@ -292,7 +292,7 @@ def test_plan_mmcv_prebuilt_index_for_this_torch(monkeypatch):
     assert plan == dict(
         MMCV_INDEX=index, NOTE='', MMCV_WHEEL_DIR=osp.join(
             '/cache', 'wheels', 'mmcv-2.1.0',
-            f'torch2.1.2+cu121-cudaops-{PY}'))
+            f'torch2.1.2+cu121-cudaops-{PY}'), MMCV_BUILD='ok')
     assert probe.urls == [index]
 
 
@@ -379,7 +379,7 @@ def test_main_prints_key_value_lines(monkeypatch, capsys):
         'MMCV_INDEX=none',
         'MMCV_WHEEL_DIR=' + osp.join('/c', 'wheels', 'mmcv-2.1.0',
                                      f'torch2.1.2+cu121-cudaops-{PY}'),
-        'NOTE=']
+        'NOTE=', 'MMCV_BUILD=ok']
 
 
 def test_main_numpy_exit_code(monkeypatch, capsys):
