@@ -163,6 +163,10 @@ def _env_trusted() -> List[Tuple[Any, str]]:
         os.environ.get(TRUSTED_GLOBALS_ENV, '').split(','))
 
 
+#: the item lists of the trusted_checkpoint_globals contexts now open
+_ACTIVE: List[List[Any]] = []
+
+
 @contextlib.contextmanager
 def trusted_checkpoint_globals(extra: Iterable[Any] = (),
                                cfg: Any = None) -> Iterator[None]:
@@ -196,10 +200,6 @@ def trusted_checkpoint_globals(extra: Iterable[Any] = (),
         _ACTIVE.remove(items)
         serialization.clear_safe_globals()
         serialization.add_safe_globals(saved)
-
-
-#: the item lists of the trusted_checkpoint_globals contexts now open
-_ACTIVE: List[List[Any]] = []
 
 
 def load_checkpoint_file(f: Any, map_location: Any = None,
