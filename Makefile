@@ -17,8 +17,9 @@ NEWEST_TORCH ?= torch==2.13.0
 
 .PHONY: setup demo test test-fast test-newest clean
 
+# SETUP_TORCH reaches the set-up only (not the tests' environment).
 setup:
-	MMSAFE_VENV="$(abspath $(VENV))" bash tools/setup_env.sh
+	MMSAFE_VENV="$(abspath $(VENV))" $(if $(SETUP_TORCH),MMSAFE_TORCH="$(SETUP_TORCH)") bash tools/setup_env.sh
 
 demo: setup
 	$(PY) tools/train.py $(DEMO_CONFIG)
@@ -33,7 +34,7 @@ test-fast: setup
 	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 -m "not slow" $(PYTEST_ARGS)
 
 test-newest:
-	$(MAKE) test VENV="$(NEWEST_VENV)" MMSAFE_TORCH="$(NEWEST_TORCH)"
+	$(MAKE) test VENV="$(NEWEST_VENV)" SETUP_TORCH="$(NEWEST_TORCH)"
 
 clean:
 	rm -rf work_dirs .pytest_cache

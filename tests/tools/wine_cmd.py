@@ -62,12 +62,21 @@ class WineResult:
                 f'timed_out={self.timed_out},\n{self.output[-4000:]})')
 
 
+#: variables that tools/setup_env.* read
+SETUP_VARIABLES = ('MMSAFE_TORCH', 'MMSAFE_TORCH_INDEX', 'MMSAFE_MMCV_INDEX',
+                   'MMSAFE_GPU', 'MMSAFE_CACHE_DIR', 'MMSAFE_VENV',
+                   'MMSAFE_PYTHON', 'MMSAFE_FORCE')
+
+
 class WineCmd:
     """A wine prefix in a temporary directory; ``close()`` removes it."""
 
     def __init__(self, timeout: float = 180):
         self.root = tempfile.mkdtemp(prefix='mmsafe_wine_')
-        self.env = dict(os.environ)
+        # The set-up's own choices (MMSAFE_TORCH under `make test-newest`,
+        # ...) must not reach the scripts under test.
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in SETUP_VARIABLES}
         self.env.update(
             WINEPREFIX=osp.join(self.root, 'prefix'), WINEDEBUG='-all',
             WINEDLLOVERRIDES='mscoree,mshtml=', DISPLAY='',
