@@ -10,8 +10,8 @@ What differs, and what mmsafe does about it:
   unscale/update: :class:`~mmsafe.compat.cpu_grad_scaler.CpuGradScaler`
   does the same arithmetic with ordinary tensor ops there.
 * CPU autocast in float16: older torch supports bfloat16 only.
-* ``torch.uint16`` and its kin: older torch cannot hold numpy's uint16/
-  uint32/uint64 images; they become the next wider signed type, exactly.
+* ``torch.uint16`` and ``torch.uint32``: older torch has neither; numpy
+  uint16/uint32 images become int32/int64 tensors, every value exact.
 * Checkpoint loading: ``torch.serialization.add_safe_globals`` with
   ``(object, name)`` pairs (new torch) extends ``weights_only=True``;
   without it mmsafe's own weights-only unpickler
@@ -20,7 +20,7 @@ What differs, and what mmsafe does about it:
 import functools
 import io
 import warnings
-from typing import Any, Optional, Tuple
+from typing import Any, Tuple
 
 import numpy as np
 import torch
@@ -70,17 +70,6 @@ def cpu_autocast_dtypes() -> Tuple[torch.dtype, ...]:
 
 
 # ---------------------------------------------------------- GradScaler --
-def _native_scaler_class(device_type: str) -> Optional[type]:
-    """torch's GradScaler for ``device_type``, if this torch has one that
-    runs there."""
-    amp_scaler = getattr(torch.amp, 'GradScaler', None)
-    if amp_scaler is not None:
-        return amp_scaler
-    if device_type == 'cuda':
-        return torch.cuda.amp.GradScaler
-    return None
-
-
 def grad_scaler(device_type: str, **kwargs: Any):
     """A GradScaler for ``device_type`` with torch's arguments
     (``init_scale``, ``growth_factor``, ``backoff_factor``,
@@ -90,17 +79,16 @@ def grad_scaler(device_type: str, **kwargs: Any):
     ``torch.cuda.amp.GradScaler`` before it), else
     :class:`~mmsafe.compat.cpu_grad_scaler.CpuGradScaler` for the CPU.
     """
-    native = _native_scaler_class(device_type)
-    if native is getattr(torch.amp, 'GradScaler', None) and native:
-        return native(device_type, **kwargs)
-    if native is not None:
-        return native(**kwargs)
-    if device_type != 'cpu':
-        raise RuntimeError(
-            f'this torch ({torch.__version__}) has no GradScaler for '
-            f'{device_type!r}')
-    from .cpu_grad_scaler import CpuGradScaler
-    return CpuGradScaler(**kwargs)
+    amp_scaler = getattr(torch.amp, 'GradScaler', None)
+    if amp_scaler is not None:
+        return amp_scaler(device_type, **kwargs)
+    if device_type == 'cuda':
+        return torch.cuda.amp.GradScaler(**kwargs)
+    if device_type == 'cpu':
+        from .cpu_grad_scaler import CpuGradScaler
+        return CpuGradScaler(**kwargs)
+    raise RuntimeError(f'this torch ({torch.__version__}) has no GradScaler '
+                       f'for {device_type!r}')
 
 
 # --------------------------------------------------------------- dtypes --
