@@ -5,6 +5,7 @@ lacks one of mmsafe's dependencies must fail here, naming what is missing and
 how to install it, rather than with a registry ``KeyError`` much later.
 """
 import importlib.util
+import sys
 
 from packaging.version import Version
 
@@ -55,7 +56,6 @@ def check_dependencies() -> None:
         ImportError: when a dependency is absent, has the wrong version, or
             mmcv was installed without its compiled ops (``mmcv-lite``).
     """
-    import sys
     problems = []
     if sys.version_info[:2] < PYTHON_MIN:
         problems.append(

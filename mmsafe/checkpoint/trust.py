@@ -110,11 +110,9 @@ def allowed_globals() -> List[Any]:
     Everything below was found by loading checkpoints of real runs: message
     hub buffers, numpy scalars, arrays and dtypes.
     """
-    import collections
-
     from mmengine.logging import HistoryBuffer
     return [HistoryBuffer, (_history_buffer_method, 'builtins.getattr'),
-            collections.Counter, *_numpy_globals()]
+            *_numpy_globals()]
 
 
 def _resolve_dotted(name: str) -> Any:
@@ -183,23 +181,20 @@ def trusted_checkpoint_globals(extra: Iterable[Any] = (),
     items = [*allowed_globals(), *_env_trusted(), *_cfg_trusted(cfg),
              *extra]
     _ACTIVE.append(items)
-    if not native_safe_globals():
-        try:
-            yield
-        finally:
-            _ACTIVE.remove(items)
-        return
     # torch's own safe_globals context removes its items on exit, even those
     # an enclosing context or the user added; restore the exact set instead.
     serialization = torch.serialization
-    saved = serialization.get_safe_globals()
-    serialization.add_safe_globals(items)
+    native = native_safe_globals()
+    if native:
+        saved = serialization.get_safe_globals()
+        serialization.add_safe_globals(items)
     try:
         yield
     finally:
         _ACTIVE.remove(items)
-        serialization.clear_safe_globals()
-        serialization.add_safe_globals(saved)
+        if native:
+            serialization.clear_safe_globals()
+            serialization.add_safe_globals(saved)
 
 
 def load_checkpoint_file(f: Any, map_location: Any = None,

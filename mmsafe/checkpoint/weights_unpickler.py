@@ -19,10 +19,13 @@ It refuses, before anything runs:
 * numpy dtypes that hold Python objects (object arrays and scalars).
 """
 import _compat_pickle
+import collections
+import functools
 import pickle
 from typing import Any, Dict, Iterable
 
 import numpy as np
+import torch
 
 _REFUSE = pickle.UnpicklingError
 
@@ -154,13 +157,11 @@ def _codecs_encode(text: Any, encoding: str = 'utf-8') -> bytes:
     return text.encode(encoding)
 
 
+@functools.lru_cache(maxsize=None)
 def base_allowlist() -> Dict[str, Any]:
     """torch's own weights-only allowlist, with what newer torch adds to it
     (every dtype, ``torch.device``, ``Counter``, sets, ``bytes`` pickled by
-    protocol 2)."""
-    import collections
-
-    import torch
+    protocol 2). Built once; :func:`allowlist` copies it."""
     allowed: Dict[str, Any] = {}
     try:
         from torch._weights_only_unpickler import _get_allowed_globals
@@ -187,7 +188,7 @@ def base_allowlist() -> Dict[str, Any]:
 def allowlist(items: Iterable[Any]) -> Dict[str, Any]:
     """:func:`base_allowlist` plus ``items``: objects (allowed under their
     own dotted name) or ``(object, dotted name)`` pairs."""
-    allowed = base_allowlist()
+    allowed = dict(base_allowlist())
     for item in items:
         if isinstance(item, tuple):
             obj, name = item

@@ -46,8 +46,9 @@ class SafeRunner(Runner):
       ``init_cfg``) from a file or URL loads weights-only on every torch
       (MMEngine's CheckpointLoader schemes for local paths and URLs) and
       trusts what MMEngine/MMDetection checkpoints hold plus
-      ``mmsafe_trusted_globals`` (:mod:`mmsafe.checkpoint.trust`); local checkpoints are written
-      atomically (:class:`~mmsafe.checkpoint.AtomicLocalBackend`);
+      ``mmsafe_trusted_globals`` (:mod:`mmsafe.checkpoint.trust`); local
+      checkpoints are written atomically
+      (:class:`~mmsafe.checkpoint.AtomicLocalBackend`);
       ``resume=True`` resumes from the newest checkpoint that loads;
       pretrained weights by URL come from the torch hub cache or one clear
       error (:mod:`mmsafe.checkpoint.remote_weights`).
