@@ -15,6 +15,7 @@ import glob
 import os
 import os.path as osp
 import re
+import threading
 from typing import Any, Callable, Dict, List, Union
 
 from mmengine.fileio import LocalBackend, register_backend
@@ -41,7 +42,10 @@ def _fsync_dir(dirname: str) -> None:
 
 def _tmp_path(filename: str) -> str:
     dirname, base = osp.split(osp.abspath(filename))
-    return osp.join(dirname, f'.{base}.{os.getpid()}{TMP_SUFFIX}')
+    # The thread too: a crash report may be written by a listener thread
+    # while the main thread writes its own.
+    return osp.join(dirname, f'.{base}.t{threading.get_ident()}.'
+                    f'{os.getpid()}{TMP_SUFFIX}')
 
 
 def _remove_stale_tmp_files(dirname: str) -> None:

@@ -16,11 +16,16 @@ What differs, and what mmsafe does about it:
   ``(object, name)`` pairs (new torch) extends ``weights_only=True``;
   without it mmsafe's own weights-only unpickler
   (:mod:`mmsafe.checkpoint.weights_unpickler`) is used.
+* The rendezvous store of the default process group: reached through
+  ``distributed_c10d._get_default_store()`` and its chain of
+  ``PrefixStore.underlying_store``; a wait that times out raises
+  ``RuntimeError`` on older torch and ``DistStoreError`` (a subclass) on
+  newer torch.
 """
 import functools
 import io
 import warnings
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
@@ -159,3 +164,32 @@ def native_safe_globals() -> bool:
     finally:
         serialization.clear_safe_globals()
         serialization.add_safe_globals(saved)
+
+
+# -------------------------------------------------- rendezvous store --
+def default_store_address() -> Optional[Tuple[str, int]]:
+    """``(host, port)`` of the TCP store behind the default process group,
+    or None when there is none (no process group, or a file or hash
+    store).
+
+    Under ``torchrun`` this is its agent's store, otherwise the store that
+    rank 0 serves (``MASTER_ADDR:MASTER_PORT``).
+    """
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    from torch.distributed import distributed_c10d
+    get_store = getattr(distributed_c10d, '_get_default_store', None)
+    store = get_store() if get_store is not None else None
+    seen = 0
+    while store is not None and hasattr(store, 'underlying_store') \
+            and seen < 16:
+        store = store.underlying_store
+        seen += 1
+    tcp_store = getattr(dist, 'TCPStore', None)
+    if tcp_store is None or not isinstance(store, tcp_store):
+        return None
+    host, port = getattr(store, 'host', None), getattr(store, 'port', None)
+    if not host or not port:
+        return None
+    return str(host), int(port)

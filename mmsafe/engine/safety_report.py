@@ -14,6 +14,7 @@ from mmsafe.events import EVENTS_FILE, INFO_PREFIX, _jsonable
 # Section -> substrings of event kinds / counter (guard) names, tried in this
 # order; the first section with a matching substring takes the item.
 DEFAULT_SECTIONS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ('rank_faults', ('rank_fault', 'rank_failed')),
     ('resumes', ('resume', )),
     ('watchdog_events', ('watchdog', 'hang', 'stall')),
     ('macl_check', ('macl', )),
@@ -24,8 +25,9 @@ DEFAULT_SECTIONS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 )
 
 # Order of the sections in the report and the log table.
-DISPLAY_ORDER = ('skipped_steps', 'empty_batches', 'loader_fallbacks',
-                 'watchdog_events', 'macl_check', 'eval_coverage', 'resumes')
+DISPLAY_ORDER = ('rank_faults', 'skipped_steps', 'empty_batches',
+                 'loader_fallbacks', 'watchdog_events', 'macl_check',
+                 'eval_coverage', 'resumes')
 
 
 class SafetyReport:
@@ -66,8 +68,10 @@ class SafetyReport:
 
     def build(self, runner, status: str, exc: Optional[BaseException],
               states: List[Dict[str, Any]],
-              started: float) -> Dict[str, Any]:
-        """The report: status, exception, progress, sections, counters."""
+              started: float,
+              root_cause: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The report: status, exception, root cause, progress, sections,
+        counters."""
         events = _read_events(runner.work_dir)
         names = [n for n in DISPLAY_ORDER
                  if n in dict(self.sections)] + [
@@ -114,6 +118,7 @@ class SafetyReport:
                 message=str(exc),
                 traceback=traceback.format_exception(
                     type(exc), exc, exc.__traceback__)[-12:]),
+            root_cause=root_cause,
             epoch=epoch,
             iter=it,
             max_iters=max_iters,
@@ -142,6 +147,12 @@ class SafetyReport:
             exc = report['exception']
             lines.append(f"  exception        : {exc['type']}: "
                          f"{exc['message'][:300]}")
+        root = report.get('root_cause')
+        if root and root.get('rank') is not None:
+            where = (f", iteration {root['iter']}"
+                     if root.get('iter') is not None else '')
+            lines.append(f"  root cause       : rank {root['rank']}{where}: "
+                         f"{root.get('type')}")
         for name, section in report['summary'].items():
             if name == 'other' and not section['events'] and \
                     not section['counters']:

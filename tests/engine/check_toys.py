@@ -33,18 +33,32 @@ def _ir_colour(colour: np.ndarray) -> np.ndarray:
 
 @DATASETS.register_module()
 class ToyPairDataset(BaseDataset):
-    """Paired flat-colour images; ``pairing='shuffled'`` breaks pairs."""
+    """Paired flat-colour images; ``pairing='shuffled'`` breaks pairs.
+
+    ``fail_rank`` / ``fail_after``: on that rank, loading a sample raises
+    (as a broken transform would) once ``fail_after`` samples were loaded
+    in this process.
+    """
 
     def __init__(self, num_samples: int = 64, pairing: str = 'aligned',
+                 fail_rank: Optional[int] = None, fail_after: int = 0,
                  **kwargs) -> None:
         self.num_samples = num_samples
         self.pairing = pairing
+        self.fail_rank = fail_rank
+        self.fail_after = fail_after
+        self.num_loaded = 0
         super().__init__(lazy_init=False, serialize_data=False, **kwargs)
 
     def load_data_list(self):
         return [dict(idx=i) for i in range(self.num_samples)]
 
     def prepare_data(self, idx: int) -> dict:
+        self.num_loaded += 1
+        if (self.fail_rank == get_rank()
+                and self.num_loaded > self.fail_after):
+            raise ValueError(f'toy transform failed on sample {idx} '
+                             f'(rank {get_rank()})')
         colour = _colour(idx)
         if self.pairing == 'shuffled':
             partner = int(np.random.randint(0, 1 << 30))
@@ -96,6 +110,8 @@ class ToyPairModel(BaseModel):
             fixed detached value replaces it) or ``'detach'`` (the real
             value, detached from the head).
         macl_fault_at (int): See ``macl_fault``.
+        macl_fault_rank (int, optional): Only this rank has ``macl_fault``
+            (None: every rank).
     """
 
     def __init__(self,
@@ -108,7 +124,8 @@ class ToyPairModel(BaseModel):
                  nan_at_iter: Optional[int] = None,
                  nan_rank: Optional[int] = None,
                  macl_fault: Optional[str] = None,
-                 macl_fault_at: int = 0) -> None:
+                 macl_fault_at: int = 0,
+                 macl_fault_rank: Optional[int] = None) -> None:
         super().__init__()
         self.vis_enc = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1),
                                      nn.ReLU())
@@ -128,6 +145,7 @@ class ToyPairModel(BaseModel):
         assert macl_fault in (None, 'vanish', 'constant', 'detach')
         self.macl_fault = macl_fault
         self.macl_fault_at = macl_fault_at
+        self.macl_fault_rank = macl_fault_rank
         self.num_loss_calls = 0
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
@@ -156,7 +174,8 @@ class ToyPairModel(BaseModel):
         if self.macl_head is not None:
             macl = self.macl_head.loss((vis_feat, ), (ir_feat, ),
                                        data_samples)
-            if self.macl_fault and self.num_loss_calls > self.macl_fault_at:
+            if (self.macl_fault and self.num_loss_calls > self.macl_fault_at
+                    and self.macl_fault_rank in (None, get_rank())):
                 if self.macl_fault == 'vanish':
                     macl = {}
                 elif self.macl_fault == 'constant':

@@ -88,7 +88,8 @@ class SafetyReportHook(Hook):
                                        self._started)
             self._write(runner, report, REPORT_FILE)
 
-    def report_crash(self, runner, exc: BaseException) -> None:
+    def report_crash(self, runner, exc: BaseException,
+                     root_cause: Optional[Dict[str, Any]] = None) -> None:
         """Write this rank's crash report for ``exc`` (once per exception;
         no collective). A failure to write is logged, never raised: the
         caller re-raises ``exc``.
@@ -96,6 +97,9 @@ class SafetyReportHook(Hook):
         Args:
             runner: the runner whose run failed.
             exc (BaseException): what ended the run.
+            root_cause (dict, optional): the failure that started it (the
+                rank, iteration, error and what mmsafe knows about it, e.g.
+                another rank's record), kept as ``root_cause``.
         """
         if exc is self._reported_exc:
             return
@@ -106,7 +110,7 @@ class SafetyReportHook(Hook):
         try:
             report = self.report.build(runner, status, exc,
                                        [SafetyReport.local_state(runner)],
-                                       self._started)
+                                       self._started, root_cause)
             name = REPORT_FILE if rank == 0 else \
                 f'safety_report_rank{rank}.json'
             self._write(runner, report, name)

@@ -10,6 +10,7 @@ MMDetection's and mmsafe's ``tools/train.py`` build the runner from
 method that calls MMEngine's own implementation; nothing of MMEngine is
 modified.
 """
+import atexit
 import contextlib
 import logging
 from typing import Dict, Iterator, Optional
@@ -27,11 +28,21 @@ from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, explain_refusals,
                                register_local_weights_only_scheme,
                                register_remote_weight_schemes,
                                trusted_checkpoint_globals)
+from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.monitor_sync import MonitorSync
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
-from mmsafe.events import log
+from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, RankChannel
+from mmsafe.engine.utils import train_progress
+from mmsafe.events import log, write_event
 from .cpu_dist import cuda_usable, init_cpu_process_group, with_default_timeout
+from .errors import (DDPParameterError, PeerRankFailedError,
+                     is_communication_error)
 from .stop import StopTraining
+
+#: Seconds a rank whose own error looks like a consequence of another
+#: rank's failure (a closed connection, a timed-out collective) waits for
+#: that rank's record, to name the cause instead of the symptom.
+PEER_RECORD_WAIT = 3.0
 
 
 @RUNNERS.register_module()
@@ -60,18 +71,53 @@ class SafeRunner(Runner):
     * a :class:`~mmsafe.engine.runner.StopTraining` raised by a hook ends
       training cleanly (``after_train`` and ``after_run`` hooks run, the
       model is returned);
-    * any other exception of ``train``/``val``/``test`` is handed to
-      :meth:`SafetyReportHook.report_crash` (when that hook is configured)
-      and raised again, unchanged.
+    * a fault on one rank is named where the user looks: every run gets a
+      :class:`~mmsafe.engine.hooks.RankFaultHook` (unless the config has
+      one), which reports a loss term that a rank stops producing; under
+      DDP a :class:`~mmsafe.engine.rank_channel.RankChannel` carries each
+      rank's findings to rank 0's console and log at once, and a rank's
+      exception to every rank;
+    * any other exception of ``train``/``val``/``test``: DDP's
+      unused-parameter error is replaced by a
+      :class:`~mmsafe.engine.runner.errors.DDPParameterError` that explains
+      it (rank, iteration, loss terms, modules, fix); an error that only
+      follows from another rank's failure (a closed connection) by a
+      :class:`~mmsafe.engine.runner.errors.PeerRankFailedError` naming that
+      rank's error; any other error is raised unchanged. Each is told to
+      the other ranks, handed to :meth:`SafetyReportHook.report_crash`
+      (when that hook is configured) and raised (PyTorch's error as the
+      ``__cause__``). A rank still inside its run ``mmsafe_peer_grace``
+      seconds (config key, default 10) after another rank failed ends
+      itself, instead of waiting out the distributed timeout.
 
     Arguments are those of :class:`mmengine.runner.Runner`.
     """
 
     def __init__(self, *args, **kwargs) -> None:
         self.monitor_sync = MonitorSync()
+        self.rank_channel: Optional[RankChannel] = None
         register_local_weights_only_scheme()
         register_remote_weight_schemes()
         super().__init__(*args, **kwargs)
+        self._open_rank_channel()
+
+    def _open_rank_channel(self) -> None:
+        if get_world_size() < 2:
+            return
+        grace = self.cfg.get('mmsafe_peer_grace', DEFAULT_PEER_GRACE)
+        channel = RankChannel(get_rank(), get_world_size(),
+                              grace=float(grace),
+                              on_peer_failure=self._peer_failed,
+                              before_exit=self._ending_for_peer)
+        if channel.open():
+            self.rank_channel = channel
+            atexit.register(channel.close)
+
+    def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
+        super().register_hooks(default_hooks, custom_hooks)
+        from mmsafe.engine.hooks.rank_fault_hook import RankFaultHook
+        if not any(isinstance(h, RankFaultHook) for h in self.hooks):
+            self.register_hook(RankFaultHook())
 
     # ------------------------------------------------------ distributed --
     def setup_env(self, env_cfg: Dict) -> None:
@@ -186,14 +232,86 @@ class SafeRunner(Runner):
 
     @contextlib.contextmanager
     def _crash_reported(self) -> Iterator[None]:
+        channel = self.rank_channel
+        if channel is not None:
+            channel.active = True
         try:
             yield
         except BaseException as exc:
-            self._report_crash(exc)
+            if channel is not None:
+                channel.active = False
+            explained = self._on_crash(exc)
+            if explained is not None:
+                raise explained from exc
             raise
+        finally:
+            if channel is not None:
+                channel.active = False
 
-    def _report_crash(self, exc: BaseException) -> None:
+    def _on_crash(self, exc: BaseException) -> Optional[BaseException]:
+        """Explain, tell the other ranks, report; return the error to
+        raise instead of ``exc`` (None: ``exc`` itself)."""
+        from mmsafe.engine.hooks.rank_fault_hook import RankFaultHook
+        channel = self.rank_channel
+        rank = get_rank()
+        details = None
+        for hook in self.hooks:
+            if isinstance(hook, RankFaultHook):
+                details = hook.explain(self, exc)
+                break
+        peer = None
+        if details is None and channel is not None:
+            peer = channel.wait_for_peer_failure(
+                PEER_RECORD_WAIT if is_communication_error(exc) else 0.0)
+        explained: Optional[BaseException] = None
+        if details is not None:
+            explained = DDPParameterError(details.pop('message'))
+            root = dict(details, type=type(explained).__name__,
+                        message=str(explained))
+        elif peer is not None and is_communication_error(exc):
+            explained = PeerRankFailedError(peer, rank, exc)
+            root = peer
+        else:
+            _, done, _ = train_progress(self)
+            root = dict(rank=rank, type=type(exc).__name__,
+                        message=str(exc),
+                        iter=None if done is None else done + 1)
+            if peer is not None:
+                root = dict(root, after_peer=peer)
+        final = explained or exc
+        if root is not peer:
+            write_event(self.work_dir, 'rank_failed', **{
+                k: v for k, v in root.items()
+                if k not in ('message', 'cause', 'type', 'rank')},
+                cause=root.get('cause', root.get('type')),
+                error=f'{type(final).__name__}: {str(final)[:2000]}')
+            if channel is not None:
+                channel.publish_failure(root)
+        self._report_crash(final, root)
+        return explained
+
+    def _peer_failed(self, record: dict) -> None:
+        """Another rank failed (called in the channel's listener thread):
+        rank 0 says so in its log and writes the report at once, since a
+        launcher may end this process any moment."""
+        if get_rank() != 0:
+            return
+        failed = record.get('rank')
+        who = 'the rendezvous store' if failed is None else f'rank {failed}'
+        where = (f' in iteration {record["iter"]}'
+                 if record.get('iter') is not None else '')
+        log(f'{who} failed{where}: {record.get("type")}: '
+            f'{record.get("message")}', logging.ERROR)
+        self._report_crash(PeerRankFailedError(record, 0), record)
+
+    def _ending_for_peer(self, record: dict) -> None:
+        """This rank ends itself because another rank failed: its
+        report first."""
+        self._report_crash(PeerRankFailedError(record, get_rank()), record)
+
+    def _report_crash(self, exc: BaseException,
+                      root_cause: Optional[dict] = None) -> None:
         from mmsafe.engine.hooks.safety_report_hook import SafetyReportHook
         for hook in self.hooks:
             if isinstance(hook, SafetyReportHook):
-                hook.report_crash(self, exc)
+                hook.report_crash(self, exc, root_cause=root_cause)

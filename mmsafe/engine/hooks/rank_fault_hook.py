@@ -1,0 +1,327 @@
+"""Name a fault of one rank: a loss term it stopped producing, the modules
+that got no gradient there, and DDP's unused-parameter error explained."""
+import logging
+from typing import Any, Dict, List, Optional
+
+from mmengine.hooks import Hook
+
+from mmdet.registry import HOOKS
+from mmsafe.dist import get_rank, get_world_size, is_distributed
+from mmsafe.engine.analysis.ddp_errors import (ddp_error_kind,
+                                               names_for_indices,
+                                               parameter_indices)
+from mmsafe.engine.analysis.loss_terms import LossTermWatch, group_by_module
+from mmsafe.engine.rank_channel import share_finding
+from mmsafe.engine.utils import unwrap_model
+from mmsafe.events import (batch_file_names, log, update_counters,
+                           write_event)
+
+_POLICIES = ('warn', 'raise')
+EVENT = 'rank_fault_loss_terms'
+
+_FIX = (
+    'Every rank must return every loss term, connected to the same '
+    'parameters, in every iteration. Find why {what} on rank {rank} in '
+    'iteration {it}{files}: an exception caught around a loss, a branch '
+    'that returns early for some batches, a loss replaced by a constant. '
+    'When a branch has nothing to compute, return its losses as a zero '
+    'that stays connected to its parameters (e.g. '
+    '`sum(p.sum() for p in branch.parameters()) * 0`); for batches without '
+    'ground truth mmsafe\'s EmptyBatchSyncHook does that. '
+    'find_unused_parameters=True does not fix this: it hides it (the term '
+    'then trains on some ranks and silently not on others).')
+
+_TWICE_FIX = (
+    'A parameter received its gradient twice in one backward pass on rank '
+    '{rank}. Usual causes: activation checkpointing with '
+    'use_reentrant=True (use use_reentrant=False, or '
+    'model_wrapper_cfg=dict(type=\'MMDistributedDataParallel\', '
+    'static_graph=True)), a module run twice in one forward with '
+    'find_unused_parameters=True, or a parameter shared between modules '
+    'and used outside forward.')
+
+
+def _join(items: List[str], limit: int = 12) -> str:
+    if not items:
+        return 'none'
+    more = len(items) - limit
+    return ', '.join(items[:limit]) + (f' (+{more} more)' if more > 0
+                                       else '')
+
+
+@HOOKS.register_module()
+class RankFaultHook(Hook):
+    """Watch each rank's loss terms for the whole run, and explain DDP's
+    errors about parameters without (or with double) gradients.
+
+    :class:`~mmsafe.engine.runner.SafeRunner` adds one to every run that
+    does not configure it.
+
+    * **Every iteration, on every rank**: the keys of the loss dict that
+      ``parse_losses`` sums (those containing ``'loss'``) and whether each
+      carries a gradient are compared with the rank's earlier iterations, in
+      a forward hook on the (wrapped) model: two small sets of names, no
+      device read, no collective. A term that goes missing, or stops
+      carrying a gradient, is reported at once, naming rank, iteration,
+      term, the modules the loss no longer reaches (from the autograd
+      graph, inspected only then), the batch's files and the fix: in this
+      rank's log, ``mmsafe_events.jsonl`` (``rank_fault_loss_terms``),
+      ``safety_report.json`` and, under DDP, on rank 0's console and log
+      (:mod:`~mmsafe.engine.rank_channel`). With
+      ``find_unused_parameters=True`` such a fault does not stop the run,
+      so this is where it shows. New terms and the return to normal are
+      reported too.
+    * **When DDP fails** with "Expected to have finished reduction in the
+      prior iteration ..." (parameters that got no gradient on a rank) or
+      "... marked as ready twice", :meth:`explain` turns PyTorch's message
+      into one that names the rank, the iteration, the loss terms of that
+      rank in that iteration compared with its earlier iterations and with
+      the other ranks, the modules whose parameters got no gradient (names,
+      from DDP's parameter indices: no ``TORCH_DISTRIBUTED_DEBUG`` needed)
+      and the fix. SafeRunner raises it in place of PyTorch's error and
+      puts it into ``safety_report.json``.
+
+    Args:
+        policy (str): ``'warn'`` (default) reports a changed loss dict;
+            ``'raise'`` also stops the run on that rank (the other ranks
+            then stop within seconds, naming it).
+    """
+
+    priority = 'LOW'
+
+    def __init__(self, policy: str = 'warn') -> None:
+        if policy not in _POLICIES:
+            raise ValueError(f'RankFaultHook.policy must be one of '
+                             f'{_POLICIES}, got {policy!r}')
+        self.policy = policy
+        self.watch = LossTermWatch()
+        self._handle = None
+        self._params: Dict[int, str] = {}
+        self._in_iter = False
+        self._iteration = 0
+        self._samples: Any = None
+        self._channel = None
+        self._model = None
+        self._work_dir: Optional[str] = None
+        self.counters: Dict[str, int] = dict(faulty_iters=0, changes=0)
+
+    # ------------------------------------------------------------------ #
+    def before_run(self, runner) -> None:
+        self._channel = getattr(runner, 'rank_channel', None)
+        self._work_dir = runner.work_dir
+
+    def before_train(self, runner) -> None:
+        model = unwrap_model(runner.model)
+        self._model = model
+        self._params = {id(p): name for name, p in model.named_parameters()
+                        if p.requires_grad}
+
+    def before_train_iter(self, runner, batch_idx: int,
+                          data_batch=None) -> None:
+        if self._handle is None:
+            # Registered after every hook's before_train, so that it sees
+            # the loss dict after their forward hooks (EmptyBatchSyncHook's
+            # fill), as DDP and the backward see it.
+            self._handle = runner.model.register_forward_hook(
+                self._observe, with_kwargs=True)
+        self._in_iter = True
+        self._iteration = runner.iter + 1
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None) -> None:
+        self._in_iter = False
+        if self.watch.faulty:
+            self.counters['faulty_iters'] += 1
+        update_counters('rank_faults', **self.counters)
+
+    def after_train(self, runner) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    # ------------------------------------------------------------------ #
+    def _observe(self, module, args, kwargs, output) -> None:
+        mode = kwargs.get('mode', args[2] if len(args) > 2 else None)
+        if (not self._in_iter or mode != 'loss' or not module.training
+                or not isinstance(output, dict)):
+            return
+        self._samples = kwargs.get('data_samples',
+                                   args[1] if len(args) > 1 else None)
+        first = self.watch.first_iter is None
+        change = self.watch.observe(self._iteration, output, self._params)
+        if first or change is not None:
+            self._publish_terms()
+        if change is not None:
+            self._report(change)
+
+    def _files(self) -> List[str]:
+        return batch_file_names(dict(data_samples=self._samples or []))
+
+    def _publish_terms(self) -> None:
+        if self._channel is None:
+            return
+        watch = self.watch
+        self._channel.set_value(
+            f'loss_terms/{get_rank()}',
+            dict(iter=watch.last_iter, keys=watch.last_keys,
+                 detached=watch.last_detached))
+
+    def _report(self, change: Dict) -> None:
+        rank, it = get_rank(), change['iter']
+        self.counters['changes'] += 1
+        count = self.counters['changes']
+        if count > 8 and count & (count - 1):
+            return  # a flapping loss dict: reported at powers of two
+        files = self._files() if not change['restored'] else []
+        write_event(self._work_dir, EVENT, **change, files=files)
+        if change['restored']:
+            message = (f'rank {rank}, iteration {it}: the loss dict is back '
+                       f'to its usual terms ({_join(change["keys"])}).')
+            level = logging.WARNING
+        else:
+            message = self._describe(change, rank, files)
+            level = logging.ERROR if (change['missing']
+                                      or change['detached']) \
+                else logging.WARNING
+        if count > 1:
+            message += f' [change {count} of the loss dict on this rank]'
+        log(message, level)
+        share_finding(EVENT, message, level, it)
+        if self.policy == 'raise' and (change['missing']
+                                       or change['detached']):
+            raise RuntimeError(f'[mmsafe] {message}\nSet RankFaultHook '
+                               "policy='warn' to only report this.")
+
+    def _describe(self, change: Dict, rank: int, files: List[str]) -> str:
+        watch, it = self.watch, change['iter']
+        since = (f'iterations {watch.first_iter}-{it - 1}'
+                 if watch.first_iter < it - 1 else f'iteration {it - 1}')
+        parts = []
+        if change['missing']:
+            parts.append(f'{_join(change["missing"])} missing from the loss '
+                         f'dict (present in this rank\'s {since})')
+        if change['detached']:
+            parts.append(f'{_join(change["detached"])} without gradient '
+                         '(a constant or detached value; it carried one in '
+                         f'this rank\'s {since})')
+        if change['new']:
+            parts.append(f'new term(s) {_join(change["new"])}')
+        text = f'rank {rank}, iteration {it}: loss term ' + '; '.join(parts)
+        if change['missing'] or change['detached']:
+            unreached = self._modules(change['unreached'])
+            text += ('. The loss no longer reaches: '
+                     f'{_join(unreached) if unreached else "(no module lost all its parameters)"}'
+                     '. ')
+            if is_distributed():
+                text += ('Under DDP with find_unused_parameters=False the '
+                         'run fails at the next iteration; with True this '
+                         'rank trains without it, silently. ')
+            what = (f'{_join(change["missing"] + change["detached"])} '
+                    'was not computed')
+            text += _FIX.format(what=what, rank=rank, it=it,
+                                files=f' (files: {_join(files, 4)})'
+                                if files else '')
+        else:
+            text += ('. If the other ranks do not produce it as well, DDP '
+                     'fails at the next iteration.')
+        return text
+
+    def _modules(self, names: List[str]) -> List[str]:
+        if not names or self._model is None:
+            return []
+        return group_by_module(names, self._model)
+
+    # ------------------------------------------------------------------ #
+    def explain(self, runner, exc: BaseException) -> Optional[Dict]:
+        """What this rank knows about DDP's parameter error ``exc``.
+
+        Returns:
+            dict or None: ``message`` (the explanation, PyTorch's message
+            last) and the fields of ``safety_report.json``'s root cause;
+            None when ``exc`` is not such an error.
+        """
+        kind = ddp_error_kind(exc)
+        if kind is None:
+            return None
+        rank, watch = get_rank(), self.watch
+        it = watch.last_iter
+        indices = parameter_indices(str(exc))
+        names = names_for_indices(runner.model, indices)
+        modules = group_by_module(names, unwrap_model(runner.model))
+        change = watch.changes[-1] if watch.changes and \
+            watch.changes[-1]['iter'] == it else None
+        others = self._other_ranks()
+        files = self._files()
+        lines = []
+        if kind == 'unused':
+            lines.append(
+                f'[mmsafe] DDP stopped: on rank {rank}, in iteration {it}, '
+                'the parameters of '
+                f'{_join(modules) if modules else "some modules"} got no '
+                'gradient, while the other ranks waited for them in '
+                'the gradient all-reduce (PyTorch: "Expected to have '
+                'finished reduction in the prior iteration ...").')
+        else:
+            lines.append(
+                f'[mmsafe] DDP stopped: on rank {rank}, in iteration {it}, '
+                f'{_join(modules) if modules else "a parameter"} got its '
+                'gradient twice in one backward pass (PyTorch: "... marked '
+                'as ready twice").')
+        lines.append(f'Loss terms of rank {rank} in iteration {it}: '
+                     f'{_join(watch.last_keys, 20)}.')
+        if change is not None and (change['missing'] or change['detached']):
+            earlier = []
+            if change['missing']:
+                earlier.append(f'{_join(change["missing"])} missing')
+            if change['detached']:
+                earlier.append(f'{_join(change["detached"])} without '
+                               'gradient')
+            lines.append(
+                f'  compared with its iterations {watch.first_iter}-'
+                f'{it - 1}: ' + ', '.join(earlier) + '.')
+        elif watch.first_iter is not None and it is not None \
+                and it > watch.first_iter:
+            lines.append(f'  compared with its iterations '
+                         f'{watch.first_iter}-{it - 1}: the same terms.')
+        for other, terms in sorted(others.items()):
+            if terms is None:
+                lines.append(f'  rank {other}: not known.')
+                continue
+            theirs = set(terms.get('keys', []))
+            lacks = sorted(theirs - set(watch.last_keys))
+            extra = sorted(set(watch.last_keys) - theirs)
+            diff = []
+            if lacks:
+                diff.append(f'has {_join(lacks)}, which rank {rank} lacked')
+            if extra:
+                diff.append(f'lacks {_join(extra)}')
+            lines.append(
+                f'  rank {other} (its terms as of iteration '
+                f'{terms.get("iter")}): ' +
+                ('; '.join(diff) if diff else 'the same terms') + '.')
+        if files:
+            lines.append(f'Files of rank {rank}\'s batch: {_join(files, 8)}.')
+        if kind == 'unused':
+            what = (f'{_join(change["missing"] + change["detached"])} was '
+                    'not computed' if change is not None and
+                    (change['missing'] or change['detached']) else
+                    'these modules were left out of the loss')
+            lines.append('What to fix: ' + _FIX.format(
+                what=what, rank=rank, it=it, files=''))
+        else:
+            lines.append('What to fix: ' + _TWICE_FIX.format(rank=rank))
+        lines.append(f'PyTorch\'s message: {exc}')
+        return dict(message='\n'.join(lines), cause=f'ddp_{kind}_parameters',
+                    rank=rank, iter=it, loss_terms=watch.last_keys,
+                    missing=change['missing'] if change else [],
+                    detached=change['detached'] if change else [],
+                    modules=modules, parameters=names,
+                    other_ranks={str(k): v for k, v in others.items()},
+                    files=files)
+
+    def _other_ranks(self) -> Dict[int, Optional[Dict]]:
+        if self._channel is None or not is_distributed():
+            return {}
+        rank = get_rank()
+        return {r: self._channel.get_value(f'loss_terms/{r}', timeout=2.0)
+                for r in range(get_world_size()) if r != rank}

@@ -1,0 +1,58 @@
+"""The errors that end a distributed run when one rank fails."""
+from typing import Any, Dict
+
+_COMMUNICATION_MARKERS = (
+    'gloo', 'nccl', 'connection closed', 'connection reset', 'broken pipe',
+    'timed out', 'timeout', 'processgroup', 'socket', 'peer',
+)
+
+
+class DDPParameterError(RuntimeError):
+    """DDP's unused-parameter (or "marked as ready twice") error, explained:
+    rank, iteration, loss terms, modules and the fix
+    (:meth:`~mmsafe.engine.hooks.RankFaultHook.explain`); PyTorch's own
+    error is its ``__cause__``."""
+
+
+class PeerRankFailedError(RuntimeError):
+    """This rank stopped because another rank failed first; the message
+    names that rank, its iteration and its error.
+
+    Args:
+        record (dict): the failed rank's record
+            (:meth:`~mmsafe.engine.rank_channel.RankChannel.publish_failure`).
+        rank (int): this rank.
+        own (BaseException, optional): this rank's own error, a consequence.
+    """
+
+    def __init__(self, record: Dict[str, Any], rank: int,
+                 own: Any = None) -> None:
+        self.record = record
+        failed = record.get('rank')
+        where = (f' in iteration {record["iter"]}'
+                 if record.get('iter') is not None else '')
+        if failed is None:
+            head = (f'[mmsafe] rank {rank} stopped: '
+                    f'{record.get("message")}.')
+        else:
+            head = (f'[mmsafe] rank {failed} failed{where}, so rank {rank} '
+                    'could not go on')
+            if own is not None:
+                first = str(own).strip().splitlines()[0] if str(own) else ''
+                head += f' (here: {type(own).__name__}: {first[:200]})'
+            head += (f'. Rank {failed}\'s error:\n{record.get("type")}: '
+                     f'{record.get("message")}')
+        super().__init__(head)
+
+
+def is_communication_error(exc: BaseException) -> bool:
+    """Whether ``exc`` looks like a failed collective or store operation
+    (what a rank sees when another rank is gone)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {'DistError', 'DistBackendError', 'DistNetworkError',
+                'DistStoreError', 'ConnectionError'}:
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc).lower()
+    return any(marker in text for marker in _COMMUNICATION_MARKERS)
