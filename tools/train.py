@@ -126,7 +126,16 @@ def main(argv=None):
                        strict=not args.ignore_preflight_errors)
     with explained_unknown_types():
         runner = build_runner(cfg)
-        runner.train()
+        try:
+            runner.train()
+        except BaseException:
+            # Under DDP the other ranks wait for this one: it must be gone
+            # soon, even if its shutdown hangs.
+            from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE,
+                                                    end_process_after)
+            end_process_after(cfg.get('mmsafe_peer_grace',
+                                      DEFAULT_PEER_GRACE))
+            raise
     release_process_group()
     return runner
 

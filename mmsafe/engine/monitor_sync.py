@@ -52,6 +52,10 @@ from mmsafe.dist import all_reduce_sum, get_rank, get_world_size, is_distributed
 #: raise) rather than hang on mismatched shapes.
 MAX_NAMES = 64
 
+#: Up to this world size the sync also tells which ranks posted a non-zero
+#: value for a name (a sum of ``2 ** rank`` stays exact in float64).
+MAX_RANKS_NAMED = 52
+
 #: Sync interval when the runner has no LoggerHook.
 DEFAULT_INTERVAL = 50
 
@@ -89,6 +93,7 @@ class MonitorSync:
         self._counts: Dict[str, int] = {}
         self._last_values: Dict[str, float] = {}
         self._last_counts: Dict[str, int] = {}
+        self._last_ranks: Dict[str, Optional[List[int]]] = {}
         self._last_sync_iter: Optional[int] = None
         self.num_syncs = 0
         self.num_collectives = 0
@@ -173,14 +178,18 @@ class MonitorSync:
         """
         names = list(self._names)
         size = len(names)
-        vector = [0.0] * (2 + 2 * MAX_NAMES)
+        vector = [0.0] * (2 + 3 * MAX_NAMES)
         vector[0] = _fingerprint(names)
         vector[1] = float(size)
+        distributed = is_distributed()
+        world_size = get_world_size() if distributed else 1
+        rank = get_rank() if distributed else 0
+        named = world_size <= MAX_RANKS_NAMED
         for i, name in enumerate(names):
             vector[2 + i] = self._values.get(name, 0.0)
             vector[2 + MAX_NAMES + i] = float(self._counts.get(name, 0))
-        distributed = is_distributed()
-        world_size = get_world_size() if distributed else 1
+            if named and self._values.get(name, 0.0) != 0.0:
+                vector[2 + 2 * MAX_NAMES + i] = float(2**rank)
         reduced = all_reduce_sum(vector)
         self.num_collectives += int(distributed)
         self._values.clear()
@@ -200,11 +209,23 @@ class MonitorSync:
             name: int(reduced[2 + MAX_NAMES + i])
             for i, name in enumerate(names)
         }
+        self._last_ranks = {
+            name: ([r for r in range(world_size)
+                    if int(reduced[2 + 2 * MAX_NAMES + i]) >> r & 1]
+                   if named else None)
+            for i, name in enumerate(names)
+        }
         return dict(self._last_values)
 
     def last(self, name: str, default: float = 0.0) -> float:
         """Summed value of ``name`` at the latest sync."""
         return self._last_values.get(name, default)
+
+    def last_ranks(self, name: str) -> Optional[List[int]]:
+        """The ranks that posted a non-zero value for ``name`` since the
+        sync before the latest (None above :data:`MAX_RANKS_NAMED`
+        ranks)."""
+        return self._last_ranks.get(name, [])
 
     def last_count(self, name: str) -> int:
         """How many posts (all ranks together) ``last(name)`` summed."""

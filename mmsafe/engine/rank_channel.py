@@ -328,11 +328,38 @@ class RankChannel:
         os._exit(PEER_FAILURE_EXIT_CODE)
 
 
+def end_process_after(seconds: float) -> None:
+    """After an error that ends a distributed run: make sure this process
+    is gone within ``seconds``, even when its shutdown hangs (a worker or
+    communication thread that does not end), so that the other ranks are
+    not kept waiting for it. A daemon timer; nothing happens when the
+    process exits on its own first, or without a channel."""
+    if active_channel() is None or seconds <= 0:
+        return
+
+    def _end() -> None:
+        log(f'this process was still alive {seconds:g} s after its error '
+            f'(its shutdown hangs): ending it (exit code '
+            f'{PEER_FAILURE_EXIT_CODE}).', logging.ERROR)
+        os._exit(PEER_FAILURE_EXIT_CODE)
+
+    timer = threading.Timer(seconds, _end)
+    timer.daemon = True
+    timer.start()
+
+
+def close_active_channel() -> None:
+    """Close this process's channel (at the clean end of a run)."""
+    channel = active_channel()
+    if channel is not None:
+        channel.close()
+
+
 def _connect(address: tuple):
     import torch.distributed as dist
     host, port = address
     client = dist.TCPStore(host, port, is_master=False,
-                           timeout=timedelta(seconds=60))
+                           timeout=timedelta(seconds=15))
     attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')
     return dist.PrefixStore(f'mmsafe/channel/{attempt}/', client)
 

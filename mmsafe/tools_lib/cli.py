@@ -114,6 +114,9 @@ def release_process_group() -> None:
     """
     global _FINAL_BARRIER
     import torch.distributed as torch_dist
+
+    from mmsafe.engine.rank_channel import close_active_channel
+    close_active_channel()
     if torch_dist.is_available() and torch_dist.is_initialized():
         _FINAL_BARRIER = torch_dist.barrier(async_op=True)
         _FINAL_BARRIER.wait()

@@ -67,8 +67,9 @@ def test_missing_on_one_rank_raises_on_every_rank():
     assert [(e['rank'], e['iter'], e['problem']) for e in local] == [
         (1, 1, 'missing')]
     for rank in (0, 1):
-        assert (f'MACLCheckHook at iteration 5 (rank {rank}, world size 2):'
-                ' loss_macl is missing' in result.output), result
+        assert ('MACLCheckHook at iteration 5 (on rank(s) 1 of 2; reported '
+                f'by rank {rank}): loss_macl is missing' in result.output), \
+            result
     presence = events(f'{tmp}/missing_raise', 'macl_presence')
     assert {e['rank'] for e in presence} == {0, 1}
     assert 'Iter(train) [ 5/12]' not in result.output

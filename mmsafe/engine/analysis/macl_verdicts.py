@@ -6,6 +6,7 @@ from typing import Dict, Optional
 
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.events import log, log_once, update_counters, write_event
+from mmsafe.engine.rank_channel import share_finding
 from .macl_signals import describe
 
 
@@ -68,26 +69,36 @@ class MACLVerdicts:
         self._reported.add(name)
         write_event(work_dir, 'macl_presence_local', iter=iteration,
                     problem=name, files=files)
-        log(f'MACLCheckHook: rank {get_rank()} sees {self.loss_key} {name} '
-            f'at iteration {iteration}; every rank decides at the next sync '
-            '(the log interval under DDP).', logging.WARNING)
+        message = (f'MACLCheckHook: rank {get_rank()} sees {self.loss_key} '
+                   f'{name} at iteration {iteration}; every rank decides at '
+                   'the next sync (the log interval under DDP).')
+        log(message, logging.WARNING)
+        share_finding(f'macl_{name}', message, logging.WARNING, iteration,
+                      files=files[:4])
 
     def problems(self, work_dir: Optional[str], iteration: int,
-                 found: Dict[str, int], seen: int, files: list) -> None:
+                 found: Dict[str, int], seen: int, files: list,
+                 ranks: Optional[list] = None) -> None:
         """Problems of the loss (kind -> rank-iterations) out of ``seen``
-        rank-iterations: logged, or raised with ``policy='raise'``."""
+        rank-iterations, on ``ranks`` (None: not known): logged, or raised
+        with ``policy='raise'``."""
         self.stats['problems'] += 1
         update_counters('macl_check', **self.stats)
         text = describe(self.loss_key, found, seen, self.constant_iters)
-        message = (f'MACLCheckHook at iteration {iteration} (rank '
-                   f'{get_rank()}, world size {get_world_size()}): {text}. '
+        world = get_world_size()
+        where = ''
+        if world > 1:
+            on = (f'on rank(s) {", ".join(map(str, ranks))}'
+                  if ranks else 'on some rank(s)')
+            where = f' ({on} of {world}; reported by rank {get_rank()})'
+        message = (f'MACLCheckHook at iteration {iteration}{where}: {text}. '
                    'The cross-modal loss is not training: check that the '
                    'model has a macl_head, that it gets paired inputs on '
                    'every rank, and that no exception around it is '
                    'swallowed.')
         write_event(work_dir, 'macl_presence', iter=iteration,
                     problems=sorted(found), policy=self.policy,
-                    files=files)
+                    files=files, ranks=ranks)
         if self.policy == 'raise':
             raise RuntimeError(f'[mmsafe] {message} Set MACLCheckHook '
                                "policy='warn' to only log this.")

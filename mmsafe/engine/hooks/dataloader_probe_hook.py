@@ -18,7 +18,9 @@ from mmsafe.datasets.loader import (DEFAULT_PREFETCH, PICKLING_START_METHODS,
                                     rebuild_loader, start_method,
                                     workers_that_fit)
 from mmsafe.datasets.walk import is_paired_dataset
+from mmsafe.dist import get_rank
 from mmsafe.engine.loop_loader import replace_loop_loader
+from mmsafe.engine.rank_channel import share_finding
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
 
@@ -202,6 +204,10 @@ class DataLoaderProbeHook(Hook):
         write_event(runner.work_dir, 'dataloader_fallback', loader=name,
                     cause=cause, seconds=round(seconds, 3),
                     settings=settings, leaked_workers=len(alive))
+        share_finding('dataloader_fallback',
+                      f'rank {get_rank()}: DataLoaderProbeHook fell back to '
+                      f'num_workers=0 for the {name} loader ({settings}). '
+                      f'Cause: {cause}.', logging.WARNING)
         self._publish(name, 'fallback', seconds, None)
 
     def _check_leak(self, runner, name: str, alive: List[int]) -> None:

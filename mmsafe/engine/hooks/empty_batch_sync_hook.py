@@ -10,6 +10,7 @@ from mmdet.registry import HOOKS
 from mmsafe.dist import (all_reduce_sum, get_rank,
                          get_world_size, is_distributed)
 from mmsafe.engine.monitor_sync import monitor_sync_of
+from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
@@ -141,10 +142,13 @@ class EmptyBatchSyncHook(Hook):
         self._files = batch_file_names(data_batch) if empty else []
         if empty:
             self.counters['empty_batches'] += 1
-            log(f'rank {get_rank()}: the batch of Iter(train) '
-                f'{runner.iter + 1} has no valid ground-truth instance; it '
-                'trains on background, its loss kept connected to every '
-                f'parameter. files={self._files}', logging.INFO)
+            message = (f'rank {get_rank()}: the batch of Iter(train) '
+                       f'{runner.iter + 1} has no valid ground-truth '
+                       'instance; it trains on background, its loss kept '
+                       f'connected to every parameter. files={self._files}')
+            log(message, logging.INFO)
+            share_finding(EMPTY_BATCH, message, logging.INFO,
+                          runner.iter + 1)
             write_event(runner.work_dir, 'empty_batch', iter=runner.iter,
                         files=self._files)
         self._sync.post(EMPTY_BATCH, 1.0 if empty else 0.0)

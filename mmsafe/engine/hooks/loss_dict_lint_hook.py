@@ -11,6 +11,7 @@ from mmsafe.dist import get_rank
 from mmsafe.engine.analysis.loss_dict import lint_loss_dict
 from mmsafe.engine.analysis.loss_weight_probe import probe_loss_weights
 from mmsafe.engine.monitor_sync import monitor_sync_of
+from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import log, update_counters, write_event
 
@@ -154,9 +155,12 @@ class LossDictLintHook(Hook):
                 + (f', every loss_weight reaches the loss; probe '
                    f'{probe_s:.1f} s' if self.check_weights else '') + ').')
             return
-        log(f'LossDictLintHook (rank {get_rank()}) found {len(findings)} '
-            f'problem(s) in the loss dict {self._keys}:\n  - ' +
-            '\n  - '.join(findings), logging.ERROR)
+        message = (f'LossDictLintHook (rank {get_rank()}) found '
+                   f'{len(findings)} problem(s) in the loss dict '
+                   f'{self._keys}:\n  - ' + '\n  - '.join(findings))
+        log(message, logging.ERROR)
+        share_finding('loss_dict_lint', message, logging.ERROR,
+                      runner.iter + 1)
 
     def _decide(self, runner) -> None:
         sync = self._sync

@@ -235,9 +235,15 @@ class MACLCheckHook(Hook):
         last = lambda name: sync.last(_PREFIX + name)  # noqa: E731
         found = {name: int(last(name)) for name in PROBLEMS if last(name)}
         if found:
+            ranks = set()
+            for name in found:
+                named = sync.last_ranks(_PREFIX + name)
+                ranks = None if named is None or ranks is None else \
+                    ranks | set(named)
             self._verdicts.problems(runner.work_dir, iteration, found,
                                     int(last('seen')),
-                                    batch_file_names(data_batch))
+                                    batch_file_names(data_batch),
+                                    None if ranks is None else sorted(ranks))
         world = get_world_size()
         if last('ratio_count') > 0 and iteration > self.chance_warmup:
             # Sums over ranks and the iterations since the last sync.

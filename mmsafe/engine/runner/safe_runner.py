@@ -302,7 +302,12 @@ class SafeRunner(Runner):
                  if record.get('iter') is not None else '')
         log(f'{who} failed{where}: {record.get("type")}: '
             f'{record.get("message")}', logging.ERROR)
-        self._report_crash(PeerRankFailedError(record, 0), record)
+        channel = self.rank_channel
+        if channel is not None and channel.active:
+            # Still inside the run: the report now, since a launcher may end
+            # this process any moment (a crash of this rank's own writes
+            # its report itself).
+            self._report_crash(PeerRankFailedError(record, 0), record)
 
     def _ending_for_peer(self, record: dict) -> None:
         """This rank ends itself because another rank failed: its
