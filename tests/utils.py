@@ -151,6 +151,53 @@ def run_train(config: str, nproc: int = 1, timeout: float = 300,
     return run_command(cmd, timeout=timeout, env=env)
 
 
+def run_ranks_without_agent(config: str, nproc: int, timeout: float,
+                            args: Sequence[str] = ()) -> List[RunResult]:
+    """Start ``nproc`` ranks of ``tools/train.py --launcher pytorch`` as
+    ``srun`` does, without torchrun's agent: each process gets ``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` and rank
+    0 serves the rendezvous store. Each rank's result carries its own
+    output and, in ``seconds``, how long it ran; a rank still running at
+    the common deadline is killed (``timed_out``)."""
+    port = free_port()
+    procs, files = [], []
+    start = time.monotonic()
+    limit = time_left_in_test(timeout)
+    for rank in range(nproc):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nproc),
+                   LOCAL_RANK=str(rank), MASTER_ADDR='127.0.0.1',
+                   MASTER_PORT=str(port), PYTHONUNBUFFERED='1')
+        env.setdefault('OMP_NUM_THREADS', '1')
+        env['PYTHONPATH'] = REPO_ROOT + os.pathsep + env.get('PYTHONPATH',
+                                                             '')
+        out = tempfile.TemporaryFile(mode='w+')
+        files.append(out)
+        procs.append(spawn([sys.executable, TRAIN, config, '--launcher',
+                            'pytorch', *args], cwd=REPO_ROOT, env=env,
+                           stdout=out, stderr=subprocess.STDOUT, text=True))
+    results = []
+    try:
+        for proc, out in zip(procs, files):
+            left = max(0.1, limit - (time.monotonic() - start))
+            try:
+                proc.wait(timeout=left)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid)
+                proc.wait()
+                timed_out = True
+            seconds = time.monotonic() - start
+            out.seek(0)
+            result = RunResult(proc.returncode, out.read(), timed_out)
+            result.seconds = seconds
+            results.append(result)
+    finally:
+        for proc, out in zip(procs, files):
+            kill_group(proc.pid)
+            out.close()
+    return results
+
+
 def write_config(path: str, text: str) -> str:
     """Write a config file from an indented string; returns its path."""
     os.makedirs(osp.dirname(path), exist_ok=True)

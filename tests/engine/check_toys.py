@@ -7,6 +7,8 @@ pairing). The model has one conv encoder per modality, a classifier on the
 fused features (``loss_cls`` through MMDetection's ``CrossEntropyLoss``)
 and mmsafe's real :class:`MACLHead`. Faults are switched on by config.
 """
+import threading
+import time
 from typing import Optional
 
 import numpy as np
@@ -37,16 +39,25 @@ class ToyPairDataset(BaseDataset):
 
     ``fail_rank`` / ``fail_after``: on that rank, loading a sample raises
     (as a broken transform would) once ``fail_after`` samples were loaded
-    in this process.
+    in this process; with ``linger_s`` a non-daemon thread then keeps the
+    process alive that long (a shutdown that hangs). ``sleep_rank`` /
+    ``sleep_after`` / ``sleep_s``: on that rank, loading sleeps once
+    (a slow file system), outside any collective.
     """
 
     def __init__(self, num_samples: int = 64, pairing: str = 'aligned',
                  fail_rank: Optional[int] = None, fail_after: int = 0,
+                 linger_s: float = 0.0, sleep_rank: Optional[int] = None,
+                 sleep_after: int = 0, sleep_s: float = 0.0,
                  **kwargs) -> None:
         self.num_samples = num_samples
         self.pairing = pairing
         self.fail_rank = fail_rank
         self.fail_after = fail_after
+        self.linger_s = linger_s
+        self.sleep_rank = sleep_rank
+        self.sleep_after = sleep_after
+        self.sleep_s = sleep_s
         self.num_loaded = 0
         super().__init__(lazy_init=False, serialize_data=False, **kwargs)
 
@@ -55,8 +66,14 @@ class ToyPairDataset(BaseDataset):
 
     def prepare_data(self, idx: int) -> dict:
         self.num_loaded += 1
+        if (self.sleep_rank == get_rank() and self.sleep_s
+                and self.num_loaded == self.sleep_after + 1):
+            time.sleep(self.sleep_s)
         if (self.fail_rank == get_rank()
                 and self.num_loaded > self.fail_after):
+            if self.linger_s:
+                threading.Thread(target=time.sleep, args=(self.linger_s, ),
+                                 daemon=False).start()
             raise ValueError(f'toy transform failed on sample {idx} '
                              f'(rank {get_rank()})')
         colour = _colour(idx)
@@ -112,6 +129,10 @@ class ToyPairModel(BaseModel):
         macl_fault_at (int): See ``macl_fault``.
         macl_fault_rank (int, optional): Only this rank has ``macl_fault``
             (None: every rank).
+        skip_ir_rank (int, optional): From forward call ``skip_ir_at`` on
+            (0-based), this rank skips the infrared encoder (zeros instead
+            of its features: a branch left out, the loss keys unchanged).
+        skip_ir_at (int): See ``skip_ir_rank``.
     """
 
     def __init__(self,
@@ -125,7 +146,9 @@ class ToyPairModel(BaseModel):
                  nan_rank: Optional[int] = None,
                  macl_fault: Optional[str] = None,
                  macl_fault_at: int = 0,
-                 macl_fault_rank: Optional[int] = None) -> None:
+                 macl_fault_rank: Optional[int] = None,
+                 skip_ir_rank: Optional[int] = None,
+                 skip_ir_at: int = 0) -> None:
         super().__init__()
         self.vis_enc = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1),
                                      nn.ReLU())
@@ -146,12 +169,17 @@ class ToyPairModel(BaseModel):
         self.macl_fault = macl_fault
         self.macl_fault_at = macl_fault_at
         self.macl_fault_rank = macl_fault_rank
+        self.skip_ir_rank = skip_ir_rank
+        self.skip_ir_at = skip_ir_at
         self.num_loss_calls = 0
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
         vis = torch.stack(inputs['visible'])
         ir = torch.stack(inputs['infrared'])
         vis_feat, ir_feat = self.vis_enc(vis), self.ir_enc(ir)
+        if (mode == 'loss' and self.skip_ir_rank == get_rank()
+                and self.num_loss_calls >= self.skip_ir_at):
+            ir_feat = torch.zeros_like(ir_feat).detach()
         logits = self.cls((vis_feat + ir_feat).mean((2, 3)))
         labels = torch.stack([s.gt_label for s in data_samples])
         if mode == 'predict':

@@ -4,6 +4,7 @@ from typing import Any, Dict
 _COMMUNICATION_MARKERS = (
     'gloo', 'nccl', 'connection closed', 'connection reset', 'broken pipe',
     'timed out', 'timeout', 'processgroup', 'socket', 'peer',
+    'monitoredbarrier', 'failed to pass', 'collective',
 )
 
 
