@@ -28,6 +28,14 @@ custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 # MMDetection's tools/train.py and mmsafe's build the runner from this key.
 runner_type = 'SafeRunner'
 
+# Under DDP: seconds a rank may go on after another rank failed (to fail with
+# its own message) before it ends itself instead of waiting out the
+# distributed timeout; the failed rank's error is named on rank 0. Every
+# SafeRunner run also gets a RankFaultHook (a loss term that one rank stops
+# producing, DDP's unused-parameter error explained); list it in
+# custom_hooks to set policy='raise'.
+mmsafe_peer_grace = 10
+
 # Extra objects a checkpoint may hold beyond what MMEngine/MMDetection need
 # (dotted names). Empty = refuse anything else. Only for files you trust;
 # weights_only stays on. Same as MMSAFE_TRUSTED_GLOBALS=a.B,c.D.

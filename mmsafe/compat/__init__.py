@@ -5,13 +5,14 @@ newest) is detected here, by probing the API itself, never by comparing
 version strings. The rest of mmsafe calls these functions.
 """
 from .torch_features import (autocast_dtype, autocast_enabled,
-                             cpu_autocast_dtypes, default_store_address,
+                             cpu_autocast_dtypes, ddp_reduction_check,
+                             default_store_address,
                              grad_scaler, native_safe_globals,
                              numpy_to_tensor, supports_tensor_dtype)
 
 __all__ = [
     'autocast_dtype', 'autocast_enabled', 'cpu_autocast_dtypes',
-    'default_store_address',
+    'ddp_reduction_check', 'default_store_address',
     'grad_scaler', 'native_safe_globals',
     'numpy_to_tensor', 'supports_tensor_dtype'
 ]

@@ -21,6 +21,9 @@ What differs, and what mmsafe does about it:
   ``PrefixStore.underlying_store``; a wait that times out raises
   ``RuntimeError`` on older torch and ``DistStoreError`` (a subclass) on
   newer torch.
+* Whether DDP finished the gradient reduction of the last backward:
+  ``DistributedDataParallel._check_reducer_finalized()`` (raises DDP's own
+  unused-parameter error when it did not).
 """
 import functools
 import io
@@ -193,3 +196,16 @@ def default_store_address() -> Optional[Tuple[str, int]]:
     if not host or not port:
         return None
     return str(host), int(port)
+
+
+# ------------------------------------------------------------------ DDP --
+def ddp_reduction_check(model: Any):
+    """A callable that raises DDP's unused-parameter error when ``model``'s
+    last backward left its gradient reduction unfinished (a local check,
+    no communication), or None when ``model`` is not DDP or this torch has
+    no such check."""
+    from torch.nn.parallel import DistributedDataParallel
+    if not isinstance(model, DistributedDataParallel):
+        return None
+    check = getattr(model, '_check_reducer_finalized', None)
+    return check if callable(check) else None

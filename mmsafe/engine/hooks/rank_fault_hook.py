@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional
 from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
+from mmsafe.compat import ddp_reduction_check
 from mmsafe.dist import get_rank, get_world_size, is_distributed
 from mmsafe.engine.analysis.ddp_errors import (ddp_error_kind,
                                                names_for_indices,
@@ -39,6 +40,12 @@ _TWICE_FIX = (
     'static_graph=True)), a module run twice in one forward with '
     'find_unused_parameters=True, or a parameter shared between modules '
     'and used outside forward.')
+
+
+def _iterations(first: int, last: int) -> str:
+    """``'iterations 1-12'`` or ``'iteration 1'``."""
+    return (f'iterations {first}-{last}' if first < last else
+            f'iteration {first}')
 
 
 def _join(items: List[str], limit: int = 12) -> str:
@@ -87,7 +94,9 @@ class RankFaultHook(Hook):
             then stop within seconds, naming it).
     """
 
-    priority = 'LOW'
+    # after_train_iter runs before the other hooks' (their monitoring
+    # sync must not meet a rank whose gradient reduction is unfinished)
+    priority = 'VERY_HIGH'
 
     def __init__(self, policy: str = 'warn') -> None:
         if policy not in _POLICIES:
@@ -102,6 +111,7 @@ class RankFaultHook(Hook):
         self._samples: Any = None
         self._channel = None
         self._model = None
+        self._reduction_check = None
         self._work_dir: Optional[str] = None
         self.counters: Dict[str, int] = dict(faulty_iters=0, changes=0)
 
@@ -113,6 +123,7 @@ class RankFaultHook(Hook):
     def before_train(self, runner) -> None:
         model = unwrap_model(runner.model)
         self._model = model
+        self._reduction_check = ddp_reduction_check(runner.model)
         self._params = {id(p): name for name, p in model.named_parameters()
                         if p.requires_grad}
 
@@ -130,6 +141,12 @@ class RankFaultHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
         self._in_iter = False
+        if self._reduction_check is not None:
+            # A local check of DDP's reducer: a rank whose backward left
+            # parameters without gradient fails here, in the iteration of
+            # the fault, before any other collective can meet the
+            # unfinished gradient all-reduce of the other ranks.
+            self._reduction_check()
         if self.watch.faulty:
             self.counters['faulty_iters'] += 1
         update_counters('rank_faults', **self.counters)
@@ -194,8 +211,7 @@ class RankFaultHook(Hook):
 
     def _describe(self, change: Dict, rank: int, files: List[str]) -> str:
         watch, it = self.watch, change['iter']
-        since = (f'iterations {watch.first_iter}-{it - 1}'
-                 if watch.first_iter < it - 1 else f'iteration {it - 1}')
+        since = _iterations(watch.first_iter, it - 1)
         parts = []
         if change['missing']:
             parts.append(f'{_join(change["missing"])} missing from the loss '
@@ -277,12 +293,14 @@ class RankFaultHook(Hook):
                 earlier.append(f'{_join(change["detached"])} without '
                                'gradient')
             lines.append(
-                f'  compared with its iterations {watch.first_iter}-'
-                f'{it - 1}: ' + ', '.join(earlier) + '.')
+                '  compared with its '
+                f'{_iterations(watch.first_iter, it - 1)}: ' +
+                ', '.join(earlier) + '.')
         elif watch.first_iter is not None and it is not None \
                 and it > watch.first_iter:
-            lines.append(f'  compared with its iterations '
-                         f'{watch.first_iter}-{it - 1}: the same terms.')
+            lines.append('  compared with its '
+                         f'{_iterations(watch.first_iter, it - 1)}: the '
+                         'same terms.')
         for other, terms in sorted(others.items()):
             if terms is None:
                 lines.append(f'  rank {other}: not known.')
