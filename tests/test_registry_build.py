@@ -64,6 +64,7 @@ EXAMPLES = {
         'HangWatchdogHook': dict(type='HangWatchdogHook'),
         'LossDictLintHook': dict(type='LossDictLintHook'),
         'MACLCheckHook': dict(type='MACLCheckHook'),
+        'RankFaultHook': dict(type='RankFaultHook', policy='raise'),
         'SafetyReportHook': dict(type='SafetyReportHook'),
         'ScalarBandsHook': dict(
             type='ScalarBandsHook',

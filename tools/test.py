@@ -59,6 +59,7 @@ def main(argv=None):
     args = parse_args(argv)
     import mmsafe  # noqa: F401  (registers mmsafe's components)
     from mmdet.utils import setup_cache_size_limit_of_dynamo
+    from mmsafe.engine.rank_channel import ends_soon_after_error
     from mmsafe.tools_lib.cli import (build_runner, explained_unknown_types,
                                       load_config, release_process_group)
 
@@ -77,7 +78,8 @@ def main(argv=None):
             from mmdet.evaluation import DumpDetResults
             runner.test_evaluator.metrics.append(
                 DumpDetResults(out_file_path=args.out))
-        metrics = runner.test()
+        with ends_soon_after_error(cfg):
+            metrics = runner.test()
     release_process_group()
     return metrics
 

@@ -115,6 +115,7 @@ def main(argv=None):
     args = parse_args(argv)
     import mmsafe  # noqa: F401  (registers mmsafe's components)
     from mmdet.utils import setup_cache_size_limit_of_dynamo
+    from mmsafe.engine.rank_channel import ends_soon_after_error
     from mmsafe.tools_lib.cli import (build_runner, explained_unknown_types,
                                       release_process_group)
 
@@ -126,16 +127,10 @@ def main(argv=None):
                        strict=not args.ignore_preflight_errors)
     with explained_unknown_types():
         runner = build_runner(cfg)
-        try:
+        # Under DDP the other ranks wait for this one: after an error it
+        # must be gone soon, even if its shutdown hangs.
+        with ends_soon_after_error(cfg):
             runner.train()
-        except BaseException:
-            # Under DDP the other ranks wait for this one: it must be gone
-            # soon, even if its shutdown hangs.
-            from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE,
-                                                    end_process_after)
-            end_process_after(cfg.get('mmsafe_peer_grace',
-                                      DEFAULT_PEER_GRACE))
-            raise
     release_process_group()
     return runner
 

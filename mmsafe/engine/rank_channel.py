@@ -33,13 +33,14 @@ order by every listener. Keys live under ``mmsafe/channel/<attempt>/``, so
 a run that ``torchrun`` restarts does not read the records of the attempt
 before.
 """
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from mmsafe.compat import default_store_address
 from mmsafe.events import log
@@ -141,10 +142,19 @@ class RankChannel:
                 'only, and a failed rank is noticed at the next collective.',
                 logging.INFO)
             return False
-        self._store = _connect(address)
-        # The listener blocks in its wait: it gets a connection of its own,
-        # so that writes from the main thread never queue behind it.
-        self._wait_store = _connect(address)
+        try:
+            self._store = _connect(address)
+            # The listener blocks in its wait: it gets a connection of its
+            # own, so that writes from the main thread never queue behind it.
+            self._wait_store = _connect(address)
+        except RuntimeError as err:
+            # Training itself does not need the channel: said, not raised.
+            self._store = self._wait_store = None
+            log(f'rank {self.rank} could not connect to the rendezvous '
+                f'store at {address[0]}:{address[1]} ({type(err).__name__}: '
+                f'{err}); findings of this rank reach rank 0 at the next '
+                'monitoring sync only.', logging.WARNING)
+            return False
         self.address = address
         self._listener = threading.Thread(
             target=self._listen, name='mmsafe-rank-channel', daemon=True)
@@ -346,6 +356,19 @@ def end_process_after(seconds: float) -> None:
     timer = threading.Timer(seconds, _end)
     timer.daemon = True
     timer.start()
+
+
+@contextlib.contextmanager
+def ends_soon_after_error(cfg) -> Iterator[None]:
+    """For a tool's ``runner.train()``/``runner.test()``: an error leaving
+    the block arms :func:`end_process_after` with the config's
+    ``mmsafe_peer_grace`` (the error is raised unchanged)."""
+    try:
+        yield
+    except BaseException:
+        end_process_after(float(cfg.get('mmsafe_peer_grace',
+                                        DEFAULT_PEER_GRACE)))
+        raise
 
 
 def close_active_channel() -> None:
