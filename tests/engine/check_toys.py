@@ -133,6 +133,7 @@ class ToyPairModel(BaseModel):
             (0-based), this rank skips the infrared encoder (zeros instead
             of its features: a branch left out, the loss keys unchanged).
         skip_ir_at (int): See ``skip_ir_rank``.
+        spare (bool): Add a module that no loss uses (on every rank).
     """
 
     def __init__(self,
@@ -148,7 +149,8 @@ class ToyPairModel(BaseModel):
                  macl_fault_at: int = 0,
                  macl_fault_rank: Optional[int] = None,
                  skip_ir_rank: Optional[int] = None,
-                 skip_ir_at: int = 0) -> None:
+                 skip_ir_at: int = 0,
+                 spare: bool = False) -> None:
         super().__init__()
         self.vis_enc = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1),
                                      nn.ReLU())
@@ -171,6 +173,7 @@ class ToyPairModel(BaseModel):
         self.macl_fault_rank = macl_fault_rank
         self.skip_ir_rank = skip_ir_rank
         self.skip_ir_at = skip_ir_at
+        self.spare = nn.Linear(2, 2) if spare else None
         self.num_loss_calls = 0
 
     def forward(self, inputs, data_samples=None, mode='tensor'):

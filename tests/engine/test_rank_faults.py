@@ -155,6 +155,20 @@ def test_skipped_branch_names_its_module_from_ddp_indices():
     assert root['modules'] == ['ir_enc (2 parameters)']
 
 
+@pytest.mark.timeout(600)
+def test_module_unused_on_every_rank_is_named_at_the_first_iteration():
+    tmp = tempfile.mkdtemp()
+    cfg, work_dir = _config(tmp, 'spare', model='spare=True')
+    result = run_train(cfg, nproc=2, timeout=300)
+    assert not result.timed_out and result.returncode != 0, why(result)
+    out = result.output
+    assert re.search(r'DDP stopped: on rank [01], in iteration 1, the '
+                     r'parameters of spare \(2 parameters\) got no '
+                     'gradient', out), why(result)
+    assert 'In the first iteration this usually means modules that no ' \
+        'loss uses at all' in out
+
+
 FAIL = 'fail_rank=1, fail_after=80'
 
 

@@ -326,6 +326,14 @@ class RankFaultHook(Hook):
                     'these modules were left out of the loss')
             lines.append('What to fix: ' + _FIX.format(
                 what=what, rank=rank, it=it, files=''))
+            if it is not None and it == watch.first_iter:
+                lines.append(
+                    'In the first iteration this usually means modules that '
+                    'no loss uses at all (built but never called, or meant '
+                    'to be frozen): set requires_grad=False on them or '
+                    'remove them; if they are idle only in some iterations '
+                    'by design, find_unused_parameters=True is the setting '
+                    'for that.')
         else:
             lines.append('What to fix: ' + _TWICE_FIX.format(rank=rank))
         lines.append(f'PyTorch\'s message: {exc}')
