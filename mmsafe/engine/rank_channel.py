@@ -15,8 +15,9 @@ serves when ranks are started without the agent, as ``srun`` does), over a
 connection of its own:
 
 * a rank writes a record only when it has something to say (a finding, its
-  exception, its end); a healthy training step writes nothing and runs no
-  collective;
+  exception, its end; :class:`~mmsafe.engine.hooks.RankFaultHook` also
+  stores the rank's loss terms at the first iteration and when they
+  change); a healthy training step writes nothing and runs no collective;
 * every rank has a listener thread that blocks in one store ``wait`` for
   the next record, which the store answers when a record arrives;
 * rank 0's listener logs the findings of the other ranks, naming the rank
