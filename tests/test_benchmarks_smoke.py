@@ -86,3 +86,10 @@ def test_data_loading(tmp_path):
                      out), out[-3000:]
     assert re.search(rf'reduced/full, allocator as it is: {NUMBER}x',
                      out), out[-3000:]
+
+
+def test_object_offsets():
+    out = _run('benchmarks/object_offsets.py', '--size', '320', '256',
+               '--pairs', '2')
+    assert re.search(rf'object offsets, 320x256, 2 pairs, [1-9][0-9]* boxes '
+                     rf'.*: {NUMBER} ms per box, {NUMBER} boxes/s', out), out
