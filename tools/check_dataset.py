@@ -8,7 +8,7 @@ out-of-image boxes and labels outside the class range::
 
     python tools/check_dataset.py CONFIG [--split train|val|test]
         [--cfg-options k=v ...] [--json OUT.json] [--workers N]
-        [--show-dir DIR [--show N]] [--strict]
+        [--show-dir DIR [--show N]] [--strict] [--max-offset PX]
     python tools/check_dataset.py CONFIG --stats [--stats-samples N]
         [--workers N] [--json OUT.json]
 
@@ -62,7 +62,14 @@ def parse_args(argv=None):
                         help='no progress bar')
     # pairing: image-content alignment of every pair
     parser.add_argument('--no-alignment', action='store_true',
-                        help='skip the visible/infrared alignment measure')
+                        help='skip the visible/infrared alignment measures '
+                        '(whole images and per-box offsets)')
+    parser.add_argument('--max-offset', type=float, default=8.0,
+                        metavar='PX',
+                        help='flag a pair whose boxes are offset between '
+                        'visible and infrared by more than PX pixels '
+                        '(median over its boxes, original resolution; '
+                        'default 8)')
     # --stats: a separate mode (mmsafe/tools_lib/dataset_stats.py)
     parser.add_argument('--stats', action='store_true',
                         help='instead of the audit: per-channel mean/std of '
@@ -118,7 +125,8 @@ def main(argv=None) -> int:
             progress=not args.no_progress,
             seed=args.seed,
             findings=static + findings,
-            alignment=not args.no_alignment)
+            alignment=not args.no_alignment,
+            max_offset=args.max_offset)
     report.update(config=args.config, split=args.split)
     if dataset is None:
         code = 2

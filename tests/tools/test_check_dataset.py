@@ -118,6 +118,9 @@ def test_healthy_tree_passes_and_show_dir_draws_pairs(tmp_path):
         report = json.load(f)
     assert report['issues'] == [] and report['num_samples'] == 5
     files = sorted(os.listdir(show))
+    # the histogram of the per-box offsets, and the pairs drawn
+    assert 'object_offsets_hist.png' in files, files
+    files.remove('object_offsets_hist.png')
     assert len(files) == 3, files
     img = cv2.imread(osp.join(show, files[0]))
     # the pipeline resizes 64x48 to 96x72: visible | gap | infrared

@@ -17,7 +17,8 @@ from tests.utils import REPO_ROOT, run_command, write_config
 
 TOOL = osp.join(REPO_ROOT, 'tools', 'check_dataset.py')
 DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
-ALIGNMENT_KINDS = {'pair_mirrored', 'pair_shifted', 'pair_unrelated'}
+ALIGNMENT_KINDS = {'pair_mirrored', 'pair_shifted', 'pair_unrelated',
+                   'pair_objects_offset'}
 NUM_TRAIN = DEMO_SYNTHETIC['num_train']
 
 
@@ -58,6 +59,10 @@ def test_healthy_demo_data_is_not_flagged(tmp_path):
     assert alignment_findings(report) == [], report['issues']
     assert not any(i['kind'] == 'unpaired_transform'
                    for i in report['issues'])
+    # the per-box offsets were measured, and are small
+    offsets = report['object_offsets']
+    assert offsets['pairs'] >= NUM_TRAIN // 2 and offsets['confident'] > 0
+    assert offsets['median'] < 2.0 and offsets['flagged_pairs'] == 0
 
 
 @pytest.mark.parametrize('fault,kind', [('mirrored', 'pair_mirrored'),

@@ -34,8 +34,10 @@ class PairAuditDataset(Dataset):
                  show_indices: Sequence[int] = (),
                  show_dir: Optional[str] = None,
                  box_tolerance: float = 1.0,
-                 alignment: bool = True) -> None:
+                 alignment: bool = True,
+                 max_offset: float = 8.0) -> None:
         self.alignment = alignment
+        self.max_offset = max_offset
         self.dataset = dataset
         self.show_indices = frozenset(show_indices)
         self.show_dir = show_dir
@@ -92,6 +94,16 @@ class PairAuditDataset(Dataset):
                 unpack_result(result)[0])
             record['issues'] += [issue(kind, message, 'alignment')
                                  for kind, message in found]
+            from ..object_offsets import audit_offsets
+            mods, sample = unpack_result(result)
+            record['offsets'], found = audit_offsets(mods, sample,
+                                                     self.max_offset)
+            record['issues'] += [issue(
+                kind, message, 'object_offsets',
+                median_d=record['offsets']['median_d'],
+                offsets=[[b['dx'], b['dy']] for b in
+                         record['offsets']['boxes'] if b['confident']])
+                for kind, message in found]
         if idx in self.show_indices and self.show_dir and result is not None:
             record['shown'] = self._show(idx, result, record)
         return record
@@ -122,6 +134,18 @@ class PairAuditDataset(Dataset):
             getattr(gt, 'bboxes', None), getattr(gt, 'labels', None),
             self.class_names, getattr(ignored, 'bboxes', None),
             title=f'#{idx} {stem} ' + ' '.join(kinds))
+        if self.alignment and mods.get('visible') is not None:
+            # each box's offset as an arrow on the infrared half, measured
+            # on this very output (a redraw draws its random flip again)
+            from ..object_offsets import audit_offsets, draw_offsets
+            from ..pair_vis import GAP, to_hwc_uint8
+            meta = getattr(sample, 'metainfo', None) or {}
+            drawn = audit_offsets(mods, sample, self.max_offset)[0]
+            draw_offsets(canvas, drawn,
+                         to_hwc_uint8(mods['visible']).shape[1], GAP,
+                         meta.get('scale_factor'),
+                         meta.get('flip_direction') if meta.get('flip')
+                         else None)
         path = osp.join(self.show_dir, f'{prefix}{idx:06d}_{stem}.png')
         if not cv2.imwrite(path, canvas):
             raise OSError(f'could not write {path}')
@@ -150,7 +174,8 @@ def audit(dataset,
           seed: int = 0,
           findings: Sequence[dict] = (),
           multiprocessing_context: Optional[str] = None,
-          alignment: bool = True) -> dict:
+          alignment: bool = True,
+          max_offset: float = 8.0) -> dict:
     """Walk ``dataset`` through its pipeline and collect every finding.
 
     Args:
@@ -169,7 +194,13 @@ def audit(dataset,
         alignment (bool): measure the image-content alignment of every
             pair (see :mod:`.pair_alignment`); with ``show_dir``, the
             flagged pairs (up to ``max(show, 20)``) are drawn as
-            ``misaligned_*.png``.
+            ``misaligned_*.png``; and the per-box visible/infrared offsets
+            of every pair with boxes (:mod:`..object_offsets`): a pair
+            whose median ``|d|`` exceeds ``max_offset`` pixels (original
+            resolution) is flagged ``pair_objects_offset``; with
+            ``show_dir``, a histogram of ``|d|`` is written as
+            ``object_offsets_hist.png``.
+        max_offset (float): see ``alignment``.
 
     Returns:
         dict: the report (see :func:`summarize`).
@@ -178,7 +209,7 @@ def audit(dataset,
     if show_dir:
         os.makedirs(show_dir, exist_ok=True)
     audit_ds = PairAuditDataset(dataset, range(min(show, n)), show_dir,
-                                box_tolerance, alignment)
+                                box_tolerance, alignment, max_offset)
     generator = torch.Generator()
     generator.manual_seed(seed)
     loader = DataLoader(
@@ -209,13 +240,29 @@ def audit(dataset,
     elapsed = time.perf_counter() - start
     if bar is not None:
         bar.close()
+    offsets = None
     if alignment:
+        from ..object_offsets import (FINDING, offsets_summary,
+                                      write_histogram)
         from ..pair_alignment import add_unrelated_findings, flagged_records
         add_unrelated_findings(records, issue)
+        offsets = offsets_summary(records)
+        offsets['max_offset'] = float(max_offset)
         if show_dir:
-            for record in flagged_records(records)[:max(show, 20)]:
+            flagged = {r['index'] for r in flagged_records(records)}
+            flagged |= {r['index'] for r in records
+                        if any(i['kind'] == FINDING for i in r['issues'])}
+            for record in [r for r in records
+                           if r['index'] in flagged][:max(show, 20)]:
                 shown = audit_ds.show_again(record['index'], record,
                                             prefix='misaligned_')
                 if shown:
                     record['shown'] = shown
-    return summarize(records, elapsed, workers, dataset, findings)
+            if offsets['pairs']:
+                offsets['histogram'] = write_histogram(
+                    os.path.join(show_dir, 'object_offsets_hist.png'),
+                    offsets['d'], max_offset)
+    report = summarize(records, elapsed, workers, dataset, findings)
+    if offsets is not None:
+        report['object_offsets'] = offsets
+    return report

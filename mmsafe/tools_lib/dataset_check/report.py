@@ -89,6 +89,12 @@ def format_report(report: dict, max_examples: int = 5) -> str:
                  f"{report['warnings']}  boxes after pipeline: "
                  f"{box.get('total')} (mean {box.get('mean')} per image)  "
                  f"image sizes: {report.get('image_sizes')}")
+    if report.get('object_offsets') is not None:
+        from ..object_offsets import format_summary
+        lines.append(format_summary(report['object_offsets']))
+        if report['object_offsets'].get('histogram'):
+            lines.append('  histogram of |d|: '
+                         f"{report['object_offsets']['histogram']}")
     by_kind: Dict[str, list] = {}
     for i in report['issues']:
         by_kind.setdefault(i['kind'], []).append(i)
