@@ -172,8 +172,15 @@ def test_healthy_demo_pairs_give_no_pairing_warning(tmp_path, capsys):
     runner, hook = _run(tmp_path, root, iters=8, pipeline=DEMO_PIPELINE)
     assert len(hook.alignments) == 16
     assert hook.flags == [], hook.flags
-    assert 'pair_' not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert 'pair_' not in out
     assert read_events(runner.work_dir, 'first_batch_flag') == []
+    # the per-box offsets of the pairs with people: small, and logged
+    summary = hook.object_offset_summary
+    assert len(hook.object_offsets) == summary['pairs'] >= 8
+    assert summary['confident'] > 0 and summary['median'] < 2.0
+    assert summary['flagged_pairs'] == 0
+    assert 'per-box visible/infrared offsets' in out
 
 
 @pytest.mark.parametrize('fault,kind', [('mirrored', 'pair_mirrored'),
@@ -192,3 +199,26 @@ def test_misaligned_partners_warn_naming_the_files(tmp_path, capsys, fault,
     assert first['ir_file'].endswith('.jpg') and 'infrared' in first['ir_file']
     events = read_events(runner.work_dir, 'first_batch_flag')
     assert kind in {e['flag'] for e in events}
+
+
+def test_infrared_from_other_moments_warns_per_box(tmp_path, capsys):
+    from tests.tools.offset_scenes import write_llvip_scene_tree
+    root = write_llvip_scene_tree(str(tmp_path / 'scene'), (320, 256), 8,
+                                  other_moment=True)
+    pipeline = [dict(DEMO_PIPELINE[0]), dict(DEMO_PIPELINE[1]),
+                dict(type='PairedResize', scale=(320, 256),
+                     keep_ratio=True),
+                dict(type='PairedRandomFlip', prob=0.5),
+                dict(type='PackPairedDetInputs')]
+    runner, hook = _run(tmp_path, root, iters=4, pipeline=pipeline,
+                        hook=dict(alignment_pairs=8))
+    flagged = [f for f in hook.flags if f['kind'] == 'pair_objects_offset']
+    # the whole images line up (same background); the people do not
+    assert not [f for f in hook.flags if f['kind'] in PAIR_KINDS], hook.flags
+    assert len(flagged) >= 5, [o['median_d'] for o in hook.object_offsets]
+    out = capsys.readouterr().out
+    assert 'FirstBatchStatsHook: pair_objects_offset' in out
+    assert flagged[0]['file'] in out and 'median |d|' in out
+    assert hook.object_offset_summary['median'] > 12.0
+    events = read_events(runner.work_dir, 'first_batch_flag')
+    assert 'pair_objects_offset' in {e['flag'] for e in events}

@@ -4,9 +4,13 @@ Each pair, as the pipeline delivers it, is measured with
 :func:`mmsafe.tools_lib.pair_alignment.measure_alignment`; a pair whose
 infrared image matches its partner mirrored or shifted is flagged at once,
 and once enough pairs are measured the partners that match none of them
-(``pair_unrelated``) are named.
+(``pair_unrelated``) are named. The per-box visible/infrared offsets of
+the same pairs (:mod:`mmsafe.tools_lib.object_offsets`, the boxes of the
+data samples' ``gt_instances``) flag a pair whose people are offset
+beyond ``max_offset`` pixels (``pair_objects_offset``); their distribution
+is logged when the measurement ends.
 """
-from typing import Any, List
+from typing import Any, List, Optional
 
 
 def _pair_flag(kind: str, result: dict, message: str) -> dict:
@@ -25,11 +29,16 @@ class PairAlignment:
 
     Args:
         max_pairs (int): pairs to measure; 0 measures none.
+        max_offset (float): median per-box offset (pixels of the original
+            images) above which a pair is flagged ``pair_objects_offset``.
     """
 
-    def __init__(self, max_pairs: int) -> None:
+    def __init__(self, max_pairs: int, max_offset: float = 8.0) -> None:
         self.max_pairs = int(max_pairs)
+        self.max_offset = float(max_offset)
         self.results: List[dict] = []
+        self.offsets: List[dict] = []
+        self.offset_summary: Optional[dict] = None
         self.done = self.max_pairs <= 0
 
     def add_batch(self, data_batch: Any, it: int) -> List[dict]:
@@ -62,9 +71,28 @@ class PairAlignment:
             if alignment_flag(result):
                 flags.append(_pair_flag(f'pair_{result["verdict"]}', result,
                                         result['message']))
+            flags += self._offsets(vis, ir, samples[i] if i < len(samples)
+                                   else None, result)
         if len(self.results) >= self.max_pairs:
             flags += self.finish()
         return flags
+
+    def _offsets(self, vis, ir, sample, result: dict) -> List[dict]:
+        """Per-box offsets of one pair; its ``pair_objects_offset`` flag."""
+        if sample is None:
+            return []
+        from mmsafe.tools_lib.object_offsets import (FINDING, audit_offsets,
+                                                     offsets_message)
+        offsets, found = audit_offsets(dict(visible=vis, infrared=ir),
+                                       sample, self.max_offset)
+        if offsets is None:
+            return []
+        offsets.update(file=result['file'], ir_file=result['ir_file'],
+                       iter=result['iter'])
+        self.offsets.append(offsets)
+        if not found:
+            return []
+        return [_pair_flag(FINDING, offsets, offsets_message(offsets))]
 
     def finish(self) -> List[dict]:
         """End the measurement; return the ``pair_unrelated`` flags of the
@@ -72,6 +100,16 @@ class PairAlignment:
         if self.done:
             return []
         self.done = True
+        if self.offsets:
+            from mmsafe.events import log
+            from mmsafe.tools_lib.object_offsets import (format_summary,
+                                                         offsets_summary)
+            self.offset_summary = offsets_summary(
+                [dict(img_path=o['file'], offsets=o) for o in self.offsets])
+            log('FirstBatchStatsHook: ' + format_summary(
+                self.offset_summary, max_folders=3) +
+                f' (first {len(self.results)} pairs; flag above '
+                f'{self.max_offset:g} px)')
         from mmsafe.tools_lib.pair_alignment import (unrelated_message,
                                                      unrelated_pairs)
         return [

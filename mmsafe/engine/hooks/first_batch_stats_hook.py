@@ -52,7 +52,14 @@ class FirstBatchStatsHook(Hook):
     infrared image matches its partner mirrored (``pair_mirrored``) or
     shifted (``pair_shifted``) is a warning naming both files; when hardly
     any of those pairs matches at all, the partners are from other frames
-    (``pair_unrelated``). It costs a few milliseconds per pair.
+    (``pair_unrelated``). It costs a few milliseconds per pair. The same
+    pairs' boxes (``gt_instances.bboxes``) are measured one by one
+    (:mod:`mmsafe.tools_lib.object_offsets`): a pair whose people are
+    offset between visible and infrared by more than ``max_offset``
+    pixels (median over its boxes, original resolution) is a
+    ``pair_objects_offset`` warning (an infrared partner from another
+    moment, or unregistered modalities); the distribution of the offsets
+    is logged once the pairs are measured.
 
     The statistics come from a forward hook on the model's
     ``data_preprocessor`` (exactly what the model's ``loss`` receives); the
@@ -78,6 +85,9 @@ class FirstBatchStatsHook(Hook):
             beyond ``num_batches`` are read until there are this many).
             Unrelated partners are judged over them once at least 8 are
             measured. Defaults to 16.
+        max_offset (float): per-box offset (pixels of the original
+            images, median over a pair's boxes) above which a pair is
+            flagged. Defaults to 8.
     """
 
     priority = 'NORMAL'
@@ -90,7 +100,8 @@ class FirstBatchStatsHook(Hook):
                  identical_corr: float = 0.9999,
                  loaded_channel_order: str = 'bgr',
                  alignment: bool = True,
-                 alignment_pairs: int = 16) -> None:
+                 alignment_pairs: int = 16,
+                 max_offset: float = 8.0) -> None:
         if on_fault not in ('warn', 'raise'):
             raise ValueError(f"on_fault must be 'warn' or 'raise', got "
                              f'{on_fault!r}')
@@ -105,7 +116,7 @@ class FirstBatchStatsHook(Hook):
         self.alignment = bool(alignment)
         self.alignment_pairs = int(alignment_pairs)
         self._pairs = PairAlignment(self.alignment_pairs if self.alignment
-                                    else 0)
+                                    else 0, max_offset)
         self._handle = None
         self._armed = False
         self._captured: Optional[dict] = None
@@ -118,6 +129,16 @@ class FirstBatchStatsHook(Hook):
     def alignments(self) -> List[dict]:
         """The alignment measurements of the pairs seen so far."""
         return self._pairs.results
+
+    @property
+    def object_offsets(self) -> List[dict]:
+        """The per-box offsets of the pairs with boxes seen so far."""
+        return self._pairs.offsets
+
+    @property
+    def object_offset_summary(self) -> Optional[dict]:
+        """Their distribution, once the pairs are measured."""
+        return self._pairs.offset_summary
 
     def before_train(self, runner) -> None:
         self._pre = getattr(unwrap_model(runner.model), 'data_preprocessor',
