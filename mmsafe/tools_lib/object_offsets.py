@@ -8,17 +8,24 @@ weakly aligned dataset (visible and infrared people offset by several
 pixels, as in KAIST) passes it too. Here each box is measured on its own:
 the gradient-magnitude map of the visible image inside the box (plus a
 small margin) is correlated (``cv2.matchTemplate``, ``TM_CCOEFF_NORMED``)
-with the infrared map over a search window around it, at a working scale
-where the box's longer side has ``work_size`` map pixels; the peak is
-refined to a fraction of a map pixel (a parabola through its neighbours).
+with the infrared map over a search window around it (``search`` times
+the box's longer side), at a working scale where the box's longer side
+has ``work_size`` map pixels; the peak is refined to a fraction of a map
+pixel (a parabola through its neighbours). The infrared content found
+there is then looked for back in the visible window, and must lead back
+to the box (``consistency``): a chance match of background edges (a kerb
+line through a faint person) does not.
 
 The offset ``(dx, dy)`` is where the box's content sits in the infrared
 image minus where it sits in the visible one, in pixels of the original
 image (the pipeline's ``scale_factor`` and horizontal flip undone). A box
 gets no estimate (``confident`` False, ``dx``/``dy`` None) when it is too
 small (``min_box`` pixels on its shorter side), has no structure
-(``min_structure``), its best match is weak (``min_corr``) or lies on the
-edge of the search window (the true one may be beyond it).
+(``min_structure``), its best match is weak (``min_corr``), lies on the
+edge of the search window (the true one may be beyond it) or does not
+lead back. A person whose box and margin are dominated by strong
+background edges can still read as 0 (the background matches unshifted):
+the measure errs towards no flag.
 
 A pair is flagged ``pair_objects_offset`` when the median ``|d|`` of its
 confident boxes exceeds ``max_offset`` pixels (original resolution).
@@ -82,14 +89,6 @@ def _gradient(crop: np.ndarray, scale: float) -> np.ndarray:
     return cv2.magnitude(gx, gy)
 
 
-def _soft_edges(mag: np.ndarray) -> np.ndarray:
-    """Gradient magnitude compressed to a soft edge map in [0, 1): the
-    same edge weighs about the same whatever its contrast in each
-    modality (a warm person is strong in infrared, faint in visible)."""
-    c = max(float(np.mean(mag)), 1e-3)
-    return mag / (mag + c)
-
-
 def _match(window: np.ndarray, source: np.ndarray, ox: int, oy: int,
            tw: int, th: int) -> Tuple[float, float, Optional[float],
                                       Optional[float]]:
@@ -129,7 +128,7 @@ def box_offset(visible: np.ndarray,
                min_structure: float = 2.0,
                min_corr: float = 0.3,
                consistency: float = 1.5) -> Dict:
-    """Offset of one box's content between two grey images (same size).
+    """Offset of one box's content between two images (same size).
 
     Args:
         visible, infrared: ``H x W (x C)`` arrays (:func:`_hwc`), same
