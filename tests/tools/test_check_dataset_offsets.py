@@ -52,11 +52,13 @@ def test_other_moment_partners_are_flagged_per_box(tmp_path):
     show = str(tmp_path / 'show')
     result, report = check(tmp_path, root, '--show-dir', show, '--show',
                            '2')
-    assert result.returncode == 1, result
+    # a warning (a per-box estimate, not a proof): exit 0, 1 with --strict
+    assert result.returncode == 0, result
     kinds = [i['kind'] for i in report['issues']]
     assert not WHOLE_IMAGE & set(kinds), report['issues']
     found = [i for i in report['issues'] if i['kind'] == 'pair_objects_offset']
     assert len(found) >= NUM * 2 // 3, [i['img_path'] for i in found]
+    assert {i['severity'] for i in found} == {'warning'}
     for i in found:
         assert i['img_path'].endswith('.jpg') and \
             i['ir_img_path'].endswith('.jpg')
@@ -96,7 +98,8 @@ def test_same_scene_paired_right_is_not_flagged_and_switch_off(tmp_path):
     assert summary['confident'] >= NUM and summary['median'] < 2.0
     # a threshold below the registration noise flags pairs; --no-alignment
     # switches the measure off
-    result, report = check(tmp_path, root, '--max-offset', '0.01')
+    result, report = check(tmp_path, root, '--max-offset', '0.01',
+                           '--strict')
     assert result.returncode == 1, result
     assert any(i['kind'] == 'pair_objects_offset' for i in report['issues'])
     result, report = check(tmp_path, root, '--max-offset', '0.01',
