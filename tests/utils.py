@@ -157,8 +157,8 @@ def run_ranks_without_agent(config: str, nproc: int, timeout: float,
     ``srun`` does, without torchrun's agent: each process gets ``RANK``,
     ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` and rank
     0 serves the rendezvous store. Each rank's result carries its own
-    output and, in ``seconds``, how long it ran; a rank still running at
-    the common deadline is killed (``timed_out``)."""
+    output; a rank still running at the common deadline is killed
+    (``timed_out``)."""
     port = free_port()
     procs, files = [], []
     start = time.monotonic()
@@ -186,11 +186,8 @@ def run_ranks_without_agent(config: str, nproc: int, timeout: float,
                 kill_group(proc.pid)
                 proc.wait()
                 timed_out = True
-            seconds = time.monotonic() - start
             out.seek(0)
-            result = RunResult(proc.returncode, out.read(), timed_out)
-            result.seconds = seconds
-            results.append(result)
+            results.append(RunResult(proc.returncode, out.read(), timed_out))
     finally:
         for proc, out in zip(procs, files):
             kill_group(proc.pid)

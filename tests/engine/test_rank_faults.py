@@ -196,21 +196,19 @@ def test_data_pipeline_error_without_agent_is_named_on_rank0():
 
 @pytest.mark.timeout(300)
 def test_rank_busy_outside_collectives_stops_within_grace():
-    # Rank 0 reads a slow sample (60 s, outside any collective) when rank 1
-    # fails: without mmsafe it would learn of it only 60 s later.
+    # Rank 0 reads a slow sample (600 s, outside any collective) when rank
+    # 1 fails: without mmsafe it would learn of it only then, long after
+    # this test's limit.
     tmp = tempfile.mkdtemp()
     cfg, work_dir = _config(
         tmp, 'busy', dataset=FAIL + ', sleep_rank=0, sleep_after=80, '
-        'sleep_s=60', extra='mmsafe_peer_grace = 3\n')
+        'sleep_s=600', extra='mmsafe_peer_grace = 3\n')
     rank0, rank1 = run_ranks_without_agent(cfg, 2, timeout=200)
     assert not rank0.timed_out, rank0.output[-4000:]
     assert rank0.returncode == 1, rank0.output[-4000:]
     assert ('rank 0 ends its process (exit code 1): rank 1 failed 3 s ago'
             in rank0.output), rank0.output[-4000:]
     _assert_rank1_error_named_on_rank0(rank0, work_dir)
-    # Started, ran 10 iterations, failed, waited 3 s: far less than 60 s.
-    assert rank0.seconds < rank1.seconds + 30, (rank0.seconds,
-                                                rank1.seconds)
 
 
 @pytest.mark.timeout(300)
