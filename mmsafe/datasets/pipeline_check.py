@@ -337,3 +337,31 @@ def config_pipeline_problems(dataset_cfg: Any,
                          or _pipeline_is_paired(pipeline)):
             problems += pipeline_problems(pipeline, f'{path}.pipeline')
     return problems
+
+
+def assert_wrapper_pipelines_paired(dataset: Any, where: str = 'the dataset',
+                                    _depth: int = 0) -> None:
+    """Refuse a built dataset wrapper whose own pipeline would move or mix
+    one modality of the pairs it wraps (e.g. a plain ``Mosaic`` or
+    ``MixUp`` in a ``MultiImageMixDataset`` over a paired dataset; each
+    paired dataset checks its own pipeline when it is built).
+
+    Raises:
+        UnpairedTransformError: naming the wrapper, the transforms and the
+            paired alternative (``PairedGeometric``).
+    """
+    from .walk import MAX_DEPTH, inner_datasets, is_paired_dataset
+    inner = inner_datasets(dataset)
+    if not inner or _depth > MAX_DEPTH:
+        return
+    pipeline = getattr(dataset, 'pipeline', None)
+    transforms = getattr(pipeline, 'transforms', pipeline)
+    if isinstance(transforms, (list, tuple)) and transforms and any(
+            is_paired_dataset(d) for d in inner):
+        assert_paired_pipeline(
+            list(transforms), f'{where} ({type(dataset).__name__}, around '
+            'a paired dataset)')
+    for i, child in enumerate(inner):
+        assert_wrapper_pipelines_paired(child, f'{where}.dataset'
+                                        if len(inner) == 1 else
+                                        f'{where}.datasets[{i}]', _depth + 1)

@@ -388,3 +388,47 @@ def test_albu_in_paired_geometric_is_refused_from_the_config():
     problems = pipeline_problems([dict(
         type='PairedGeometric', transform=dict(type='Albu', transforms=[]))])
     assert len(problems) == 1 and "library's own random" in problems[0]
+
+
+@pytest.mark.parametrize('mix', [
+    dict(type='Mosaic', img_scale=(64, 48), prob=1.0),
+    dict(type='MixUp', img_scale=(64, 48)),
+], ids=['Mosaic', 'MixUp'])
+def test_plain_mix_around_a_paired_dataset_is_refused_when_built(
+        tmp_path, mix):
+    """SafeRunner's build_dataloader refuses a plain Mosaic / MixUp in a
+    MultiImageMixDataset over a paired dataset, naming PairedGeometric
+    (without it: a size error at the first sample, or an unmixed infrared
+    image); the paired version builds."""
+    from mmengine.registry import DefaultScope
+
+    from mmsafe.datasets.pipeline_check import UnpairedTransformError
+    from mmsafe.engine.runner import SafeRunner
+    root = mix_tree(str(tmp_path / 'llvip'))
+
+    def loader(step):
+        return dict(
+            batch_size=2, num_workers=0,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='pseudo_collate'),
+            dataset=dict(
+                type='MultiImageMixDataset',
+                dataset=dict(
+                    type='LLVIPDataset', data_root=root + '/',
+                    data_prefix=dict(img='visible/train/',
+                                     ann='Annotations/'),
+                    img_suffixes=('.png', ), filter_cfg=None,
+                    pipeline=[dict(type='LoadPairedImageFromFile'),
+                              dict(type='LoadAnnotations', with_bbox=True)]),
+                pipeline=[step]))
+
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        with pytest.raises(UnpairedTransformError) as info:
+            SafeRunner.build_dataloader(loader(mix))
+        message = str(info.value)
+        assert 'MultiImageMixDataset, around a paired dataset' in message
+        assert f"pipeline[0] {mix['type']}" in message
+        assert "transform=dict(type='Mosaic'" in message
+        built = SafeRunner.build_dataloader(
+            loader(dict(type='PairedGeometric', transform=mix)))
+        assert len(built.dataset) == 6

@@ -142,6 +142,21 @@ class SafeRunner(Runner):
         cfg.setdefault('type', 'MMDistributedDataParallel')
         return MODEL_WRAPPERS.build(cfg, default_args=dict(module=model))
 
+    # ------------------------------------------------------------ data --
+    @staticmethod
+    def build_dataloader(dataloader, seed=None, diff_rank_seed=False):
+        """MMEngine's build; then a dataset wrapper whose own pipeline
+        would move or mix one modality of the pairs it wraps (a plain
+        ``Mosaic``/``MixUp`` in ``MultiImageMixDataset``) is refused here,
+        naming ``PairedGeometric``, instead of failing at the first
+        sample."""
+        from mmsafe.datasets.pipeline_check import \
+            assert_wrapper_pipelines_paired
+        loader = Runner.build_dataloader(dataloader, seed=seed,
+                                         diff_rank_seed=diff_rank_seed)
+        assert_wrapper_pipelines_paired(getattr(loader, 'dataset', None))
+        return loader
+
     # ------------------------------------------------------ checkpoints --
     @contextlib.contextmanager
     def _trusted_loading(self, what: str) -> Iterator[None]:
