@@ -169,17 +169,33 @@ def _attributed_options(text):
                 for opt in _OPTION.findall(command[m.end():end]):
                     pairs.append((m.group(1), opt))
     prose, _ = _strip_fences(text)
-    for block in re.split(r'\n\s*\n|\n(?=\s*[-*] |\s*\d+\. )', prose):
+    for block in _blocks(prose):
         current = None
         for m in _SPAN.finditer(block):
             span = m.group(2).strip()
-            if _SCRIPT.fullmatch(span):
-                current = span
+            scripts = _SCRIPT.findall(span)
+            if scripts:
+                current = scripts[-1]
             elif current and _OPTION.match(span):
                 pairs.append((current, _OPTION.match(span).group(1)))
-            elif _SCRIPT.search(span):
-                current = None
     return pairs
+
+
+def _blocks(prose):
+    """Paragraphs and top-level list items, each with the indented
+    paragraphs that continue it."""
+    blocks, lines = [], []
+    previous_blank = False
+    for line in prose.split('\n'):
+        starts_item = re.match(r'([-*]|\d+\.) ', line)
+        starts_paragraph = previous_blank and line[:1] not in ('', ' ')
+        if (starts_item or starts_paragraph) and lines:
+            blocks.append('\n'.join(lines))
+            lines = []
+        lines.append(line)
+        previous_blank = not line.strip()
+    blocks.append('\n'.join(lines))
+    return blocks
 
 
 def unknown_options(text, root=REPO_ROOT):
@@ -280,6 +296,11 @@ def test_checkers_report_a_broken_sample(tmp_path):
         '',
         '- `tools/test.py`: `--work-dir`, `--bogus-option`;',
         '- `benchmarks/not_there.py --rounds 1`',
+        '- `tools/check_dataset.py CONFIG --show-dir DIR` draws pairs.',
+        '',
+        '  Its continuation: `--max-offset` and `--no-such-offset`.',
+        '',
+        'A new paragraph: `--not-attributed`.',
     ])
     md = tmp_path / 'docs' / 'sample.md'
     assert broken_links(sample, md) == [
@@ -288,5 +309,6 @@ def test_checkers_report_a_broken_sample(tmp_path):
                                      'benchmarks/not_there.py']
     assert sorted(unknown_options(sample)) == [
         'benchmarks/not_there.py (no such file)',
+        'tools/check_dataset.py --no-such-offset',
         'tools/test.py --bogus-option',
         'tools/train.py --no-such-flag']
