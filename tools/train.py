@@ -47,6 +47,11 @@ def parse_args(argv=None):
     parser.add_argument(
         '--ignore-preflight-errors', action='store_true',
         help='with --preflight: print the errors but start anyway')
+    parser.add_argument(
+        '--debug', action='store_true',
+        help='print the full traceback of an error that mmsafe raises on '
+        'purpose (by default: its message only, the traceback in the log '
+        'file; MMSAFE_DEBUG=1 does the same)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
@@ -114,6 +119,15 @@ def build_cfg(args):
 def main(argv=None):
     args = parse_args(argv)
     import mmsafe  # noqa: F401  (registers mmsafe's components)
+    from mmsafe.errors import explained_errors
+
+    # An error mmsafe raises on purpose: its message, not the library
+    # tracebacks under it (those go to the log file; --debug prints them).
+    with explained_errors(args.debug):
+        return run(args)
+
+
+def run(args):
     from mmdet.utils import setup_cache_size_limit_of_dynamo
     from mmsafe.engine.rank_channel import ends_soon_after_error
     from mmsafe.tools_lib.cli import (build_runner, explained_unknown_types,

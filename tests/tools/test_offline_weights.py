@@ -120,15 +120,27 @@ def test_training_offline_fails_with_one_clear_error(tmp_path, torch_home):
     assert not result.timed_out, result
     assert result.returncode != 0, result
     cached = osp.join(torch_home, 'hub', 'checkpoints', 'resnet50.pth')
-    last = result.output.strip().splitlines()[-1]
-    # the last line, the one a user reads, is the whole story
-    assert last.startswith('mmsafe.checkpoint.remote_weights.'
-                           'WeightsUnavailableError'), result
-    assert URL in last and cached in last, last
-    assert 'Fix: download' in last and 'tools/preflight.py' in last, last
-    assert '--cfg-options model.backbone.init_cfg=None' in last, last
-    # chained to the real cause, never swallowed
-    assert 'URLError' in last and 'direct cause' in result.output, result
+    lines = result.output.strip().splitlines()
+    # what a user reads last is the whole story, in one block: the error
+    # and where its full traceback is; no library traceback on screen
+    error, where = lines[-2], lines[-1]
+    assert error.startswith('WeightsUnavailableError: '), result
+    assert URL in error and cached in error, error
+    assert 'Fix: download' in error and 'tools/preflight.py' in error
+    assert '--cfg-options model.backbone.init_cfg=None' in error, error
+    assert 'Traceback (most recent call last)' not in result.output, result
+    assert 'socket.gaierror' not in result.output
+    # chained to the real cause, never swallowed: in the log file, and on
+    # screen when asked for
+    log = where.split('full traceback: in ')[1].split(', or run again')[0]
+    with open(log, encoding='utf-8') as f:
+        text = f.read()
+    assert 'URLError' in text and 'direct cause' in text, text[-3000:]
+    debug = run_train(config, timeout=300,
+                      args=['--work-dir', str(tmp_path / 'work2')],
+                      env=dict(TORCH_HOME=torch_home, MMSAFE_DEBUG='1'))
+    assert debug.returncode != 0 and 'direct cause' in debug.output
+    assert 'Traceback (most recent call last)' in debug.output
 
 
 def test_mmdetection_train_py_gets_the_same_error(tmp_path, torch_home):
