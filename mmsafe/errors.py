@@ -12,12 +12,17 @@ console with ``MMSAFE_DEBUG=1`` (or a tool's ``--debug``). Any other error
 keeps its full traceback.
 
 An error counts as raised on purpose when it is one of mmsafe's error
-classes or its message carries mmsafe's ``[mmsafe]`` prefix (MMEngine's
-registry re-raises constructor errors with the class name in front).
+classes, its message carries mmsafe's ``[mmsafe]`` prefix, or a ``raise``
+statement in mmsafe's own code raised it (a missing image folder, an
+unknown option...); MMEngine's registry re-raises a constructor's error
+with the class name in front, which counts the same. An error that
+Python itself raises inside mmsafe's code (a bug) keeps its traceback.
 """
 import contextlib
+import linecache
 import logging
 import os
+import os.path as osp
 import sys
 import traceback
 from typing import Iterator, Optional
@@ -38,14 +43,36 @@ def _mmsafe_classes() -> tuple:
             PeerRankFailedError)
 
 
+_PACKAGE_DIR = osp.dirname(osp.abspath(__file__)) + os.sep
+
+
+def _raised_by_mmsafe(exc: BaseException) -> bool:
+    """Whether a ``raise`` statement in mmsafe's code raised ``exc``."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = osp.abspath(tb.tb_frame.f_code.co_filename)
+    if not filename.startswith(_PACKAGE_DIR):
+        return False
+    line = linecache.getline(filename, tb.tb_lineno).strip()
+    return line.startswith('raise ')
+
+
 def is_explained(exc: BaseException) -> bool:
     """Whether ``exc`` is an error mmsafe raised on purpose (see the module
     docstring)."""
     if not isinstance(exc, Exception):
         return False  # KeyboardInterrupt, SystemExit: not ours
-    if isinstance(exc, _mmsafe_classes()):
+    if isinstance(exc, _mmsafe_classes()) or PREFIX in str(exc):
         return True
-    return PREFIX in str(exc)
+    if _raised_by_mmsafe(exc):
+        return True
+    # MMEngine's registry: raise type(e)(f'class `X` in file: {e}')
+    context = exc.__context__
+    return (str(exc).startswith('class `') and context is not None
+            and type(context) is type(exc) and _raised_by_mmsafe(context))
 
 
 def debug_requested(flag: bool = False) -> bool:
@@ -66,7 +93,10 @@ def _log_file() -> Optional[str]:
 def _short(exc: BaseException) -> str:
     text = str(exc)
     # MMEngine's registry puts "class `X` in file: " in front
+    context = exc.__context__
     at = text.find(PREFIX)
+    if at < 0 and text.startswith('class `') and context is not None:
+        at = text.find(str(context))
     if at > 0 and text[:at].startswith('class `'):
         text = text[at:] + f'\n(raised while building {text[:at].strip()})'
     return f'{type(exc).__name__}: {text}'

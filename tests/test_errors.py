@@ -58,3 +58,32 @@ def test_explained_error_exits_1_other_errors_propagate(capsys,
     with pytest.raises(RuntimeError, match='stop here'):
         with explained_errors():
             raise RuntimeError('[mmsafe] stop here')
+
+
+def test_a_raise_in_mmsafe_counts_a_python_error_in_it_does_not(tmp_path):
+    from mmsafe.datasets.llvip import LLVIPDataset
+    missing = str(tmp_path / 'nowhere') + '/'
+    exc = _raised_lazily(lambda: LLVIPDataset(data_root=missing,
+                                              pipeline=[]))
+    assert isinstance(exc, FileNotFoundError), exc
+    assert is_explained(exc)
+    # MMEngine's registry wraps a constructor's error with the class
+    from mmdet.registry import DATASETS
+    wrapped = _raised_lazily(lambda: DATASETS.build(
+        dict(type='LLVIPDataset', data_root=missing, pipeline=[])))
+    if str(wrapped).startswith('class `'):
+        assert is_explained(wrapped)
+        block = report(wrapped, io.StringIO())
+        assert block.strip().startswith('FileNotFoundError: LLVIPDataset:')
+    # a bug: Python raises inside mmsafe's code, no raise statement
+    from mmsafe.events import batch_file_names
+    bug = _raised_lazily(lambda: batch_file_names(dict(data_samples=5)))
+    assert isinstance(bug, TypeError) and not is_explained(bug)
+
+
+def _raised_lazily(call):
+    try:
+        call()
+    except Exception as caught:  # noqa: BLE001 (the object is the point)
+        return caught
+    raise AssertionError('nothing was raised')
