@@ -40,22 +40,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from .pair_alignment import hwc_view
+
 FINDING = 'pair_objects_offset'
 
 
-def _hwc(img) -> np.ndarray:
-    """An ``H x W (x C)`` view of an array or ``[C, H, W]`` tensor."""
-    if hasattr(img, 'detach'):
-        img = img.detach().cpu().numpy()
-    img = np.asarray(img)
-    if img.ndim == 3 and img.shape[0] in (1, 3) and img.shape[2] not in (1,
-                                                                        3):
-        img = img.transpose(1, 2, 0)
-    return img
-
-
 def _grey(crop: np.ndarray) -> np.ndarray:
-    """A crop of :func:`_hwc` as contiguous float32 grey."""
+    """A crop of :func:`~mmsafe.tools_lib.pair_alignment.hwc_view` as contiguous float32 grey."""
     crop = crop.astype(np.float32)
     if crop.ndim == 3:
         crop = crop[..., 0] if crop.shape[2] == 1 else crop.mean(axis=2)
@@ -131,7 +122,7 @@ def box_offset(visible: np.ndarray,
     """Offset of one box's content between two images (same size).
 
     Args:
-        visible, infrared: ``H x W (x C)`` arrays (:func:`_hwc`), same
+        visible, infrared: ``H x W (x C)`` arrays (:func:`~mmsafe.tools_lib.pair_alignment.hwc_view`), same
             size.
         box: ``(x1, y1, x2, y2)`` in their pixels.
         search (float): search radius as a share of the box's longer side
@@ -255,7 +246,7 @@ def pair_offsets(visible,
         ``confident``), ``confident`` (count), ``median_d`` (None without
         a confident box), ``flagged``, ``max_offset``.
     """
-    vis, ir = _hwc(visible), _hwc(infrared)
+    vis, ir = hwc_view(visible), hwc_view(infrared)
     if vis.shape[:2] != ir.shape[:2]:
         raise ValueError(f'pair_offsets: visible {vis.shape} and infrared '
                          f'{ir.shape} differ in size')

@@ -42,7 +42,8 @@ import numpy as np
 ALIGNED, MIRRORED, SHIFTED = 'aligned', 'mirrored', 'shifted'
 
 
-def _hwc(img) -> np.ndarray:
+def hwc_view(img) -> np.ndarray:
+    """An ``H x W (x C)`` view of an array or ``[C, H, W]`` tensor."""
     if hasattr(img, 'detach'):
         img = img.detach().cpu().numpy()
     img = np.asarray(img)
@@ -62,7 +63,7 @@ def structure_map(img, width: int = 160) -> np.ndarray:
     Returns:
         np.ndarray: float32 ``h x width`` map.
     """
-    img = _hwc(img)
+    img = hwc_view(img)
     # pipelines may hand over float images (to_float32); cv2 resizes
     # float32, not float64
     if img.dtype not in (np.uint8, np.float32):
@@ -144,7 +145,7 @@ def measure_alignment(visible,
     corr_near = float(near.max())
     iy, ix = np.unravel_index(int(np.argmax(direct)), direct.shape)
     best = float(direct[iy, ix])
-    scale = _hwc(visible).shape[1] / float(w)
+    scale = hwc_view(visible).shape[1] / float(w)
     shift: Tuple[int, int] = (int(round((ix - mx) * scale)),
                               int(round((iy - my) * scale)))
     mirrored = float(mirror.max())
