@@ -46,7 +46,7 @@ FINDING = 'pair_objects_offset'
 
 
 def _grey(crop: np.ndarray) -> np.ndarray:
-    """A crop of :func:`~mmsafe.tools_lib.pair_alignment.hwc_view` as contiguous float32 grey."""
+    """A crop (an ``hwc_view``) as contiguous float32 grey."""
     crop = crop.astype(np.float32)
     if crop.ndim == 3:
         crop = crop[..., 0] if crop.shape[2] == 1 else crop.mean(axis=2)
