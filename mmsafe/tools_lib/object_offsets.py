@@ -122,7 +122,7 @@ def box_offset(visible: np.ndarray,
     """Offset of one box's content between two images (same size).
 
     Args:
-        visible, infrared: ``H x W (x C)`` arrays (:func:`~mmsafe.tools_lib.pair_alignment.hwc_view`), same
+        visible, infrared: ``H x W (x C)`` arrays (``hwc_view``), same
             size.
         box: ``(x1, y1, x2, y2)`` in their pixels.
         search (float): search radius as a share of the box's longer side

@@ -224,10 +224,9 @@ class RankFaultHook(Hook):
             parts.append(f'new term(s) {_join(change["new"])}')
         text = f'rank {rank}, iteration {it}: loss term ' + '; '.join(parts)
         if change['missing'] or change['detached']:
-            unreached = self._modules(change['unreached'])
-            text += ('. The loss no longer reaches: '
-                     f'{_join(unreached) if unreached else "(no module lost all its parameters)"}'
-                     '. ')
+            unreached = _join(self._modules(change['unreached'])) \
+                if change['unreached'] else 'no parameter it reached before'
+            text += f'. The loss no longer reaches: {unreached}. '
             if is_distributed():
                 text += ('Under DDP with find_unused_parameters=False the '
                          'run fails at the next iteration; with True this '
