@@ -93,3 +93,12 @@ def test_object_offsets():
                '--pairs', '2')
     assert re.search(rf'object offsets, 320x256, 2 pairs, [1-9][0-9]* boxes '
                      rf'.*: {NUMBER} ms per box, {NUMBER} boxes/s', out), out
+
+
+def test_preflight_time():
+    out = _run('benchmarks/preflight_time.py', '--rounds', '1')
+    assert re.search(rf'preflight on configs/llvip/demo_cpu.py, 1 rounds: '
+                     rf'process median {NUMBER} s .*, of it the checks '
+                     rf'{NUMBER} s; share of the 60 s budget: {NUMBER}',
+                     out), out[-3000:]
+    assert re.search(rf'slowest checks \(median s\): \w+ {NUMBER}', out)
