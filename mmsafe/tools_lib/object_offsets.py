@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
-from .pair_alignment import hwc_view
+from .pair_alignment import correlation, gradient_magnitude, hwc_view
 
 FINDING = 'pair_objects_offset'
 
@@ -74,10 +74,7 @@ def _gradient(crop: np.ndarray, scale: float) -> np.ndarray:
         size = (max(4, int(round(w * scale))), max(4, int(round(h * scale))))
         grey = cv2.resize(np.ascontiguousarray(grey), size,
                           interpolation=cv2.INTER_AREA)
-    grey = cv2.GaussianBlur(_grey(grey), (0, 0), 1.0)
-    gx = cv2.Sobel(grey, cv2.CV_32F, 1, 0, ksize=3)
-    gy = cv2.Sobel(grey, cv2.CV_32F, 0, 1, ksize=3)
-    return cv2.magnitude(gx, gy)
+    return gradient_magnitude(_grey(grey))
 
 
 def _match(window: np.ndarray, source: np.ndarray, ox: int, oy: int,
@@ -86,9 +83,7 @@ def _match(window: np.ndarray, source: np.ndarray, ox: int, oy: int,
     """Find ``source``'s box (at ``ox, oy``, ``tw x th``) in ``window``:
     best correlation, correlation unshifted, and the shift in map pixels
     (None when the best match is on the edge of the search window)."""
-    template = np.ascontiguousarray(source[oy:oy + th, ox:ox + tw])
-    result = cv2.matchTemplate(window, template, cv2.TM_CCOEFF_NORMED)
-    result = np.nan_to_num(result, nan=0.0, posinf=0.0, neginf=0.0)
+    result = correlation(window, source[oy:oy + th, ox:ox + tw])
     iy, ix = np.unravel_index(int(np.argmax(result)), result.shape)
     best, zero = float(result[iy, ix]), float(result[oy, ox])
     if iy in (0, result.shape[0] - 1) or ix in (0, result.shape[1] - 1):

@@ -80,11 +80,25 @@ def structure_map(img, width: int = 160) -> np.ndarray:
     grey = img.astype(np.float32)
     if grey.ndim == 3:
         grey = grey.mean(axis=2)
-    # pixel noise would dominate the gradients of dark (night) images
+    return cv2.GaussianBlur(gradient_magnitude(grey), (0, 0), 1.0)
+
+
+def gradient_magnitude(grey: np.ndarray) -> np.ndarray:
+    """Sobel gradient magnitude of a float32 grey image, lightly blurred
+    first (pixel noise would dominate the gradients of dark, night,
+    images)."""
     grey = cv2.GaussianBlur(grey, (0, 0), 1.0)
     gx = cv2.Sobel(grey, cv2.CV_32F, 1, 0, ksize=3)
     gy = cv2.Sobel(grey, cv2.CV_32F, 0, 1, ksize=3)
-    return cv2.GaussianBlur(cv2.magnitude(gx, gy), (0, 0), 1.0)
+    return cv2.magnitude(gx, gy)
+
+
+def correlation(image: np.ndarray, template: np.ndarray) -> np.ndarray:
+    """Normalised correlation (``TM_CCOEFF_NORMED``) of ``template`` at
+    every place in ``image``; 0 where it is undefined (a flat patch)."""
+    result = cv2.matchTemplate(image, np.ascontiguousarray(template),
+                               cv2.TM_CCOEFF_NORMED)
+    return np.nan_to_num(result, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _match(ref: np.ndarray, moving: np.ndarray, mx: int,
@@ -92,9 +106,7 @@ def _match(ref: np.ndarray, moving: np.ndarray, mx: int,
     """Normalised correlation of ``moving``'s centre with ``ref`` at every
     shift in ``[-my, my] x [-mx, mx]`` (zero shift at ``[my, mx]``)."""
     h, w = moving.shape
-    template = np.ascontiguousarray(moving[my:h - my, mx:w - mx])
-    result = cv2.matchTemplate(ref, template, cv2.TM_CCOEFF_NORMED)
-    return np.nan_to_num(result, nan=0.0, posinf=0.0, neginf=0.0)
+    return correlation(ref, moving[my:h - my, mx:w - mx])
 
 
 def measure_alignment(visible,
