@@ -139,12 +139,19 @@ def run(args):
         from mmsafe.preflight import preflight_gate
         preflight_gate(cfg, args.launcher,
                        strict=not args.ignore_preflight_errors)
+    from mmsafe.engine.runner import TrainingPreempted
     with explained_unknown_types():
         runner = build_runner(cfg)
-        # Under DDP the other ranks wait for this one: after an error it
-        # must be gone soon, even if its shutdown hangs.
-        with ends_soon_after_error(cfg):
-            runner.train()
+        try:
+            # Under DDP the other ranks wait for this one: after an error
+            # it must be gone soon, even if its shutdown hangs.
+            with ends_soon_after_error(cfg):
+                runner.train()
+        except TrainingPreempted:
+            # A stop signal ended the run after its checkpoint was saved:
+            # a clean end, with the exit code of a preemption.
+            release_process_group()
+            raise
     release_process_group()
     return runner
 

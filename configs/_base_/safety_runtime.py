@@ -62,4 +62,9 @@ custom_hooks = [
     dict(type='ValidInstanceResampleHook'),
     # {work_dir}/safety_report.json + a log table, at the end and on a crash.
     dict(type='SafetyReportHook'),
+    # SIGTERM / SIGINT / SIGUSR1 (Ctrl+C, Ctrl+Break on Windows): every rank
+    # stops at the same iteration (at most one log interval later), saves
+    # {work_dir}/preempted_iter_N.pth and exits with code 75; `--resume`
+    # continues exactly there.
+    dict(type='PreemptionHook'),
 ]

@@ -364,8 +364,11 @@ def ends_soon_after_error(cfg) -> Iterator[None]:
     """For a tool's ``runner.train()``/``runner.test()``: an error leaving
     the block arms :func:`end_process_after` with the config's
     ``mmsafe_peer_grace`` (the error is raised unchanged)."""
+    from mmsafe.engine.runner.stop import TrainingPreempted
     try:
         yield
+    except TrainingPreempted:
+        raise  # a clean stop (checkpoint saved), not an error
     except BaseException:
         end_process_after(float(cfg.get('mmsafe_peer_grace',
                                         DEFAULT_PEER_GRACE)))

@@ -15,6 +15,7 @@ from mmsafe.events import EVENTS_FILE, INFO_PREFIX, _jsonable
 # order; the first section with a matching substring takes the item.
 DEFAULT_SECTIONS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ('rank_faults', ('rank_fault', 'rank_failed')),
+    ('preemption', ('preempt', )),
     ('resumes', ('resume', )),
     ('watchdog_events', ('watchdog', 'hang', 'stall')),
     ('macl_check', ('macl', )),
@@ -27,7 +28,7 @@ DEFAULT_SECTIONS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 # Order of the sections in the report and the log table.
 DISPLAY_ORDER = ('rank_faults', 'skipped_steps', 'empty_batches',
                  'loader_fallbacks', 'watchdog_events', 'macl_check',
-                 'eval_coverage', 'resumes')
+                 'eval_coverage', 'preemption', 'resumes')
 
 
 class SafetyReport:
@@ -111,6 +112,10 @@ class SafetyReport:
             summary[self.section_of(guard)]['counters'][guard] = per_rank
         # completed iterations (the hub's 'iter' is the current index)
         epoch, it, max_iters = train_progress(runner)
+        preemption = runner.message_hub.get_info(INFO_PREFIX + 'preemption')
+        if preemption:  # the loop stopped inside its last iteration
+            epoch, it = preemption.get('epoch', epoch), preemption.get(
+                'iter', it)
         report = OrderedDict(
             status=status,
             exception=None if exc is None else dict(
@@ -119,6 +124,7 @@ class SafetyReport:
                 traceback=traceback.format_exception(
                     type(exc), exc, exc.__traceback__)[-12:]),
             root_cause=root_cause,
+            preemption=preemption,
             epoch=epoch,
             iter=it,
             max_iters=max_iters,

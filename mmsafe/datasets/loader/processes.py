@@ -87,3 +87,60 @@ def shutdown_loader(loader: DataLoader) -> List[int]:
         return []
     loader._iterator = None
     return shutdown_iterator(it)
+
+
+class IgnoreStopSignals:
+    """``worker_init_fn`` wrapper: a DataLoader worker outlives the stop
+    signals that reach every process of a job (a cluster's SIGTERM or
+    SIGUSR1, a console's Ctrl+C or Ctrl+Break); the training process decides
+    how the run stops, and then stops its workers.
+
+    A SIGTERM that the training process itself sends (``terminate()`` of
+    multiprocessing or of torch's shutdown) still ends the worker, and so
+    does one that arrives after the training process is gone: a thread of
+    the worker waits for SIGTERM with ``sigwaitinfo`` and reads its sender.
+    Where that is not available (Windows, macOS) SIGTERM keeps its default.
+
+    Args:
+        inner (callable, optional): the loader's own ``worker_init_fn``,
+            called afterwards.
+    """
+
+    IGNORED = ('SIGINT', 'SIGUSR1', 'SIGBREAK')
+
+    def __init__(self, inner=None) -> None:
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        import signal
+        for name in self.IGNORED:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                signal.signal(sig, signal.SIG_IGN)
+        _end_only_on_parents_sigterm()
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+def _end_only_on_parents_sigterm() -> None:
+    import signal
+    import threading
+    if not (hasattr(signal, 'sigwaitinfo')
+            and hasattr(signal, 'pthread_sigmask')):
+        return
+    parent = os.getppid()
+    # A handler inherited from the training process (fork) would make the
+    # worker ignore its parent's terminate().
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        while True:
+            info = signal.sigwaitinfo({signal.SIGTERM})
+            if info.si_pid == parent or os.getppid() != parent:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+                os.kill(os.getpid(), signal.SIGTERM)
+                os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=wait, name='mmsafe-worker-sigterm',
+                     daemon=True).start()

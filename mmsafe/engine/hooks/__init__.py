@@ -11,3 +11,4 @@ from .first_batch_stats_hook import FirstBatchStatsHook  # noqa: F401
 from .valid_instance_resample_hook import ValidInstanceResampleHook  # noqa: F401
 from .skip_aware_param_scheduler_hook import SkipAwareParamSchedulerHook  # noqa: F401
 from .rank_fault_hook import RankFaultHook  # noqa: F401
+from .preemption_hook import PreemptionHook  # noqa: F401

@@ -84,8 +84,10 @@ class SafetyReportHook(Hook):
         # Every rank takes part in the gather, whatever its counters.
         states = all_gather_object(SafetyReport.local_state(runner))
         if get_rank() == 0:
-            report = self.report.build(runner, 'finished', None, states,
-                                       self._started)
+            preempted = runner.message_hub.get_info('mmsafe/preemption')
+            report = self.report.build(
+                runner, 'preempted' if preempted else 'finished', None,
+                states, self._started)
             self._write(runner, report, REPORT_FILE)
 
     def report_crash(self, runner, exc: BaseException,
@@ -122,6 +124,6 @@ class SafetyReportHook(Hook):
         path = osp.join(runner.work_dir, name)
         text = json.dumps(report, indent=2, sort_keys=False)
         atomic_write(path, lambda f: f.write(text + '\n'), mode='w')
-        level = logging.INFO if report['status'] == 'finished' \
-            else logging.ERROR
+        level = dict(finished=logging.INFO, preempted=logging.WARNING).get(
+            report['status'], logging.ERROR)
         log(self.report.table(report, path), level)

@@ -37,7 +37,7 @@ from mmsafe.events import log, write_event
 from .cpu_dist import cuda_usable, init_cpu_process_group, with_default_timeout
 from .errors import (DDPParameterError, PeerRankFailedError,
                      is_communication_error)
-from .stop import StopTraining
+from .stop import Preempted, StopTraining, TrainingPreempted
 
 #: Seconds a rank whose own error looks like a consequence of another
 #: rank's failure (a closed connection, a timed-out collective) waits for
@@ -96,6 +96,10 @@ class SafeRunner(Runner):
     def __init__(self, *args, **kwargs) -> None:
         self.monitor_sync = MonitorSync()
         self.rank_channel: Optional[RankChannel] = None
+        #: How a resumed run continues (set by :meth:`resume`, carried out
+        #: by mmsafe's train loops).
+        self.resume_plan = None
+        self._loaded_meta: Optional[dict] = None
         register_local_weights_only_scheme()
         register_remote_weight_schemes()
         super().__init__(*args, **kwargs)
@@ -152,10 +156,38 @@ class SafeRunner(Runner):
         sample."""
         from mmsafe.datasets.pipeline_check import \
             assert_wrapper_pipelines_paired
+        from mmsafe.datasets.loader.processes import IgnoreStopSignals
         loader = Runner.build_dataloader(dataloader, seed=seed,
                                          diff_rank_seed=diff_rank_seed)
         assert_wrapper_pipelines_paired(getattr(loader, 'dataset', None))
+        if getattr(loader, 'num_workers', 0) > 0:
+            # A cluster signals every process of a job, Ctrl+C the whole
+            # console: the training process decides how the run stops.
+            loader.worker_init_fn = IgnoreStopSignals(loader.worker_init_fn)
         return loader
+
+    def build_train_loop(self, loop):
+        """MMEngine's build, with mmsafe's loops in place of MMEngine's
+        ``EpochBasedTrainLoop``/``IterBasedTrainLoop`` (same arguments;
+        they also continue a resumed epoch exactly:
+        :mod:`mmsafe.engine.loops`)."""
+        from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
+
+        from mmsafe.engine.loops import (ResumableEpochBasedTrainLoop,
+                                         ResumableIterBasedTrainLoop)
+        if isinstance(loop, dict):
+            loop = dict(loop)
+            kind = loop.get('type')
+            if kind is None:
+                by_epoch = loop.pop('by_epoch', None)
+                kind = ('EpochBasedTrainLoop' if by_epoch
+                        else 'IterBasedTrainLoop' if by_epoch is not None
+                        else None)
+            if kind in ('EpochBasedTrainLoop', EpochBasedTrainLoop):
+                loop['type'] = ResumableEpochBasedTrainLoop
+            elif kind in ('IterBasedTrainLoop', IterBasedTrainLoop):
+                loop['type'] = ResumableIterBasedTrainLoop
+        return super().build_train_loop(loop)
 
     # ------------------------------------------------------ checkpoints --
     @contextlib.contextmanager
@@ -179,13 +211,21 @@ class SafeRunner(Runner):
             self._has_loaded = True
 
     def resume(self, filename: str, *args, **kwargs) -> None:
+        from mmsafe.engine.resume_state import plan_resume
+        self._loaded_meta = None
         with self._trusted_loading(filename):
             super().resume(filename, *args, **kwargs)
         record_resume(self, filename)
+        self.resume_plan = plan_resume(self, dict(meta=self._loaded_meta),
+                                       filename)
+        self._loaded_meta = None
 
     def load_checkpoint(self, filename: str, *args, **kwargs):
         with self._trusted_loading(filename):
-            return super().load_checkpoint(filename, *args, **kwargs)
+            checkpoint = super().load_checkpoint(filename, *args, **kwargs)
+        if isinstance(checkpoint, dict):
+            self._loaded_meta = checkpoint.get('meta')
+        return checkpoint
 
     def save_checkpoint(self, out_dir: str, filename: str,
                         file_client_args: Optional[dict] = None,
@@ -230,12 +270,16 @@ class SafeRunner(Runner):
             except StopTraining as stop:
                 saved = (f' (saved {stop.checkpoint})'
                          if stop.checkpoint else '')
-                log(f'training stopped by a hook: {stop.reason}{saved}; '
+                log(f'training stopped: {stop.reason}{saved}; '
                     'ending the run (after_train and after_run hooks run).',
                     logging.WARNING)
                 self.call_hook('after_train')
                 self.call_hook('after_run')
-                return self.model
+                if not isinstance(stop, Preempted):
+                    return self.model
+                preempted = stop
+        # Outside the crash report: a stop signal is not a failure.
+        raise TrainingPreempted(preempted.exit_code, preempted.checkpoint)
 
     def val(self) -> dict:
         with self._crash_reported():

@@ -1,5 +1,11 @@
-"""A hook's request to end training before the loop's own end."""
+"""A hook's request to end training before the loop's own end, and the
+exit of a run that a stop signal ended."""
 from typing import Optional
+
+#: Exit code of a process whose run a stop signal ended after saving its
+#: checkpoint (``EX_TEMPFAIL``: "try again later"); a cluster script
+#: requeues the job on it. ``PreemptionHook(exit_code=...)`` changes it.
+PREEMPTED_EXIT_CODE = 75
 
 
 class StopTraining(Exception):
@@ -21,3 +27,25 @@ class StopTraining(Exception):
         self.checkpoint = checkpoint
         saved = f' (saved {checkpoint})' if checkpoint else ''
         super().__init__(f'[mmsafe] training stopped: {reason}{saved}')
+
+
+class Preempted(StopTraining):
+    """A stop signal ended training; ``checkpoint`` holds the iteration it
+    ended at. :class:`~mmsafe.engine.runner.SafeRunner` runs the
+    ``after_train``/``after_run`` hooks, then raises
+    :class:`TrainingPreempted` with ``exit_code``."""
+
+    def __init__(self, reason: str, checkpoint: Optional[str],
+                 exit_code: int = PREEMPTED_EXIT_CODE):
+        self.exit_code = int(exit_code)
+        super().__init__(reason, checkpoint)
+
+
+class TrainingPreempted(SystemExit):
+    """Ends the process of a run that a stop signal ended, with the exit
+    code a cluster script requeues on (``code``); the checkpoint to resume
+    from is complete when this is raised."""
+
+    def __init__(self, code: int, checkpoint: Optional[str] = None):
+        super().__init__(code)
+        self.checkpoint = checkpoint

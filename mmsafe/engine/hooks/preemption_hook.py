@@ -1,0 +1,264 @@
+"""A stop signal ends the run with a checkpoint of the iteration it stopped
+at, on every rank the same one."""
+import logging
+import os
+import signal
+import threading
+import time
+from typing import List, Optional, Sequence, Tuple
+
+from mmdet.registry import HOOKS
+from mmengine.hooks import Hook
+
+from mmsafe.checkpoint import atomic_write
+from mmsafe.dist import all_gather_object, get_rank, is_distributed
+from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
+from mmsafe.engine.resume_state import STATE_KEY, capture_rng, run_fingerprint
+from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
+from mmsafe.events import log, update_counters, write_event
+
+#: Signals that stop a run by default (those the platform has): Slurm's
+#: preemption and time limit (SIGTERM, or the signal asked for with
+#: ``--signal``), Ctrl+C, and Ctrl+Break on Windows.
+DEFAULT_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1', 'SIGBREAK')
+
+#: A launcher script sets this to a file; rank 0 writes the exit code into
+#: it once the stop checkpoint is complete (torchrun itself exits 1 when it
+#: is signalled, whatever its workers did).
+EXIT_CODE_FILE_ENV = 'MMSAFE_EXIT_CODE_FILE'
+
+REQUEST = 'preemption/request'
+
+
+def signals_by_name(names: Sequence[str]) -> List[signal.Signals]:
+    """The platform's signals among ``names`` (unknown names skipped)."""
+    found = []
+    for name in names:
+        sig = getattr(signal, str(name).upper(), None)
+        if isinstance(sig, signal.Signals) and sig not in found:
+            found.append(sig)
+    return found
+
+
+@HOOKS.register_module()
+class PreemptionHook(Hook):
+    """End training cleanly on a stop signal: a checkpoint of one iteration,
+    the same on every rank, then exit with ``exit_code``.
+
+    * A signal only sets a flag; the iteration under way finishes.
+    * **One stop iteration for all ranks**, without communication on a
+      healthy step: under DDP each rank that received a signal posts a
+      request to the runner's
+      :class:`~mmsafe.engine.monitor_sync.MonitorSync`, whose one
+      all-reduce per log interval carries it; every rank sees the sum at the
+      same iteration and stops there (at the end of a gradient-accumulation
+      window). In a single process the run stops after the iteration the
+      signal arrived in. A stop therefore takes at most one log interval
+      (``LoggerHook.interval`` iterations) plus the save.
+    * **The checkpoint** ``{work_dir}/preempted_iter_{N}.pth`` is MMEngine's
+      (model, optimizer with its AMP loss scaler, schedulers, message hub
+      with mmsafe's counters), written atomically, plus each rank's random
+      generators and position in the epoch and a fingerprint of the run
+      (:mod:`mmsafe.engine.resume_state`); ``last_checkpoint`` names it, so
+      ``--resume`` continues from it, exactly (:mod:`mmsafe.engine.loops`).
+      Every rank waits until rank 0 has written it.
+    * **Further signals** while stopping or saving are logged and ignored:
+      the atomic write leaves the previous checkpoint intact even if the
+      process is killed meanwhile.
+    * The log, ``mmsafe_events.jsonl`` (``preempted``) and
+      ``safety_report.json`` (``status: preempted``) name the iteration,
+      the checkpoint and the signal; then the ``after_train``/``after_run``
+      hooks run and the process exits with ``exit_code``
+      (:class:`~mmsafe.engine.runner.TrainingPreempted`). With
+      ``MMSAFE_EXIT_CODE_FILE`` set (``tools/dist_train.sh``,
+      ``tools/slurm_train.sh``), rank 0 also writes the code there.
+    * A SIGTERM after another rank failed is the launcher ending a failed
+      run, not a preemption: the process ends as it would without this hook.
+
+    DataLoader worker processes ignore these signals while
+    :class:`~mmsafe.engine.runner.SafeRunner` trains (a cluster signals
+    every process of a job); the training process stops them.
+
+    Args:
+        signals (Sequence[str]): signal names that stop the run; names the
+            platform lacks are skipped.
+        exit_code (int): the process's exit code after the checkpoint is
+            saved (default 75, ``EX_TEMPFAIL``).
+    """
+
+    priority = 'LOWEST'  # after every other hook of the iteration
+
+    def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS,
+                 exit_code: int = PREEMPTED_EXIT_CODE) -> None:
+        self.signals = signals_by_name(signals)
+        self.exit_code = int(exit_code)
+        self._previous: dict = {}
+        self._received: List[Tuple[str, float, Optional[int]]] = []
+        self._announced = 0
+        self._posted = False
+        self._decided_at: Optional[int] = None
+        self._stopping = False
+        self._runner = None
+        self._sync = None
+
+    # -------------------------------------------------------- signals --
+    def before_run(self, runner) -> None:
+        self._runner = runner
+        self._sync = monitor_sync_of(runner)
+        self._sync.declare(REQUEST)
+        if threading.current_thread() is not threading.main_thread():
+            log('PreemptionHook: the run is not in the main thread, where '
+                'Python delivers signals; stop signals end it as they '
+                'would without mmsafe.', logging.WARNING)
+            return
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_handlers(self) -> None:
+        for sig, previous in self._previous.items():
+            try:
+                signal.signal(sig, previous)
+            except (ValueError, TypeError, OSError):
+                pass
+        self._previous = {}
+
+    def _on_signal(self, signum: int, frame) -> None:
+        runner = self._runner
+        channel = getattr(runner, 'rank_channel', None)
+        if channel is not None and channel.peer_failures:
+            # The launcher tears down a run whose other rank failed.
+            self._restore_handlers()
+            os.kill(os.getpid(), signum)
+            return
+        loop = getattr(runner, '_train_loop', None)
+        it = getattr(loop, 'iter', None) if not isinstance(loop,
+                                                           dict) else None
+        self._received.append((signal.Signals(signum).name, time.time(),
+                               it))
+
+    def after_train(self, runner) -> None:
+        self._restore_handlers()
+
+    def after_run(self, runner) -> None:
+        self._restore_handlers()
+
+    # ------------------------------------------------------ agreement --
+    def before_train_iter(self, runner, batch_idx: int,
+                          data_batch=None) -> None:
+        if not self._received:
+            return
+        self._announce(runner)
+        if is_distributed() and not self._posted:
+            self._sync.post(REQUEST, 1.0)
+            self._posted = True
+
+    def _announce(self, runner) -> None:
+        if self._announced >= len(self._received):
+            return
+        if self._announced == 0:
+            name, _, it = self._received[0]
+            at = '' if it is None else f' in iteration {it + 1}'
+            if is_distributed():
+                how = ('all ranks stop together at the next monitoring sync '
+                       f'(every {logger_interval(runner)} iterations) and '
+                       'save a checkpoint')
+            else:
+                how = 'stopping after this iteration with a checkpoint'
+            log(f'{name} received{at} on rank {get_rank()}: {how}; '
+                f'then the process exits with code {self.exit_code}.',
+                logging.WARNING)
+        else:
+            more = [name for name, _, _ in
+                    self._received[self._announced:]]
+            log(f'{", ".join(more)} received again on rank {get_rank()} '
+                'while stopping: ignored (the checkpoint is written '
+                'atomically; the stop goes on).', logging.WARNING)
+        self._announced = len(self._received)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None) -> None:
+        if is_distributed():
+            if self._received and not self._posted:
+                self._sync.post(REQUEST, 1.0)
+                self._posted = True
+            if (self._sync.sync(runner) and self._decided_at is None
+                    and self._sync.last(REQUEST) > 0):
+                self._decided_at = runner.iter + 1
+                self._requested_by = self._sync.last_ranks(REQUEST)
+        elif self._received and self._decided_at is None:
+            self._decided_at = runner.iter + 1
+            self._requested_by = [0]
+        if self._decided_at is None or not _optimizer_stepped(runner):
+            return
+        if runner.iter + 1 >= runner.max_iters:
+            return  # the run ends with this iteration anyway
+        self._stop(runner, batch_idx)
+
+    # ----------------------------------------------------------- stop --
+    def _stop(self, runner, batch_idx: int) -> None:
+        from mmengine.dist import barrier
+        from mmengine.runner import IterBasedTrainLoop
+        self._stopping = True
+        self._announce(runner)
+        started = time.time()
+        loop = runner.train_loop
+        done = runner.iter + 1
+        by_epoch = not isinstance(loop, IterBasedTrainLoop)
+        mine = dict(rank=get_rank(), iter=done, epoch=runner.epoch,
+                    batches_in_epoch=batch_idx + 1 if by_epoch else done,
+                    signals=[name for name, _, _ in self._received],
+                    rng=capture_rng())
+        states = all_gather_object(mine)
+        if {s['iter'] for s in states} != {done}:
+            raise RuntimeError(
+                '[mmsafe] PreemptionHook: ranks stopped at different '
+                'iterations: ' + ', '.join(
+                    f"rank {s['rank']}: {s['iter']}" for s in states))
+        filename = f'preempted_iter_{done}.pth'
+        path = os.path.join(runner.work_dir, filename)
+        signals = sorted({n for s in states for n in s['signals']})
+        received = [s['rank'] for s in states if s['signals']]
+        meta = dict(epoch=runner.epoch, iter=done, **{
+            STATE_KEY: dict(ranks=states, fingerprint=run_fingerprint(runner),
+                            signals=signals, ranks_signalled=received)})
+        runner.save_checkpoint(runner.work_dir, filename, meta=meta,
+                               by_epoch=by_epoch)
+        if get_rank() == 0:
+            atomic_write(os.path.join(runner.work_dir, 'last_checkpoint'),
+                         lambda f: f.write(path), mode='w')
+            code_file = os.environ.get(EXIT_CODE_FILE_ENV)
+            if code_file:
+                atomic_write(code_file,
+                             lambda f: f.write(f'{self.exit_code}\n'),
+                             mode='w')
+        if is_distributed():
+            barrier()  # nobody exits before the checkpoint is complete
+        seconds = round(time.time() - started, 3)
+        waited = round(started - self._received[0][1], 3) \
+            if self._received else None
+        where = (f'epoch {runner.epoch + 1}, batch {batch_idx + 1}, '
+                 if by_epoch else '')
+        reason = (f'{"/".join(signals) or "a stop signal"} (received by '
+                  f'rank(s) {", ".join(map(str, received)) or "?"}): '
+                  f'preempted at {where}iteration {done}')
+        details = dict(iter=done, epoch=runner.epoch,
+                       batches_in_epoch=mine['batches_in_epoch'],
+                       checkpoint=path, signals=signals,
+                       ranks_signalled=received, save_s=seconds,
+                       signal_to_save_s=waited, exit_code=self.exit_code)
+        update_counters('preemption', **details)
+        if get_rank() == 0:
+            write_event(runner.work_dir, 'preempted', **details)
+        self._announce(runner)
+        log(f'{reason}; checkpoint {path} saved in {seconds:g} s '
+            f'({waited if waited is not None else "?"} s after the signal). '
+            f'The process exits with code {self.exit_code}; continue with '
+            '`--resume`.', logging.WARNING)
+        raise Preempted(reason, path, self.exit_code)
+
+
+def _optimizer_stepped(runner) -> bool:
+    """Whether this iteration ended a gradient-accumulation window (the
+    gradients are in the weights, nothing is left in ``.grad``)."""
+    should_update = getattr(runner.optim_wrapper, 'should_update', None)
+    return True if should_update is None else bool(should_update())

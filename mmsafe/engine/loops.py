@@ -1,0 +1,127 @@
+"""MMEngine's train loops, continuing a resumed run exactly.
+
+:class:`~mmsafe.engine.runner.SafeRunner` builds these in place of
+MMEngine's ``EpochBasedTrainLoop`` and ``IterBasedTrainLoop`` (the same
+arguments, the same behaviour in a run that does not resume). On a resume
+from a checkpoint that :class:`~mmsafe.engine.hooks.PreemptionHook` wrote,
+the runner holds a :class:`~mmsafe.engine.resume_state.ResumePlan`, and
+the loop:
+
+* **replays** the batches that were trained before the stop: loads them
+  through the same loader (same sampler order, same worker processes,
+  same per-worker random streams) and discards them. What a sample looks
+  like after random augmentation depends on the random state of the process
+  that loads it, which in turn depends on every sample that process loaded
+  before; replaying the loading is what brings it back.
+* then puts the random generators of the training process back to their
+  state at the stop, and trains the remaining batches with the batch
+  indices they had (the logger shows ``[k/N]`` as in the run that stopped).
+
+``IterBasedTrainLoop`` replays on a resume already (from the first
+iteration); :class:`ResumableIterBasedTrainLoop` only adds the generators
+and the report at the end of that replay. Without a plan both loops are
+MMEngine's.
+"""
+from typing import Any, Optional
+
+from mmdet.registry import LOOPS
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
+
+
+def _pending_plan(runner) -> Optional[Any]:
+    plan = getattr(runner, 'resume_plan', None)
+    return None if plan is None or plan.done else plan
+
+
+@LOOPS.register_module()
+class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
+    """``EpochBasedTrainLoop`` that continues a resumed epoch after the
+    batch where it stopped (see the module docstring)."""
+
+    continues_inside_epoch = True
+    replays_from_epoch_start = True
+
+    def run_epoch(self) -> None:
+        plan = _pending_plan(self.runner)
+        if plan is None:
+            return super().run_epoch()
+        self.runner.call_hook('before_train_epoch')
+        self.runner.model.train()
+        batches = enumerate(self.dataloader)
+        replayed = 0
+        for _ in range(plan.batches_in_epoch):
+            if next(batches, None) is None:
+                break
+            replayed += 1
+        plan.finish(self.runner, self.dataloader, replayed)
+        for idx, data_batch in batches:
+            self.run_iter(idx, data_batch)
+        self.runner.call_hook('after_train_epoch')
+        self._epoch += 1
+
+
+class _CountingIterator:
+    """Hands out the loop's batches during MMEngine's resume replay and
+    finishes the plan after the last replayed batch."""
+
+    def __init__(self, loop: 'ResumableIterBasedTrainLoop', plan: Any,
+                 count: int) -> None:
+        self.loop, self.plan, self.left, self.count = loop, plan, count, count
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self.loop._iterator)
+        self.left -= 1
+        if self.left <= 0:
+            self.loop._replay = None
+            self.plan.finish(self.loop.runner, self.loop.dataloader,
+                             self.count)
+        return batch
+
+
+@LOOPS.register_module()
+class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
+    """``IterBasedTrainLoop`` whose resume replay ends with the random
+    generators of the stop (see the module docstring).
+
+    MMEngine's ``run`` replays ``iter`` batches through
+    ``dataloader_iterator`` before it trains; while a plan is pending that
+    attribute hands out a counting view of the iterator, which puts the
+    generators back after the last replayed batch. A plan still pending at
+    the first trained iteration is reported as not exact.
+    """
+
+    continues_inside_epoch = True
+    replays_from_epoch_start = False  # MMEngine replays from iteration 0
+
+    _replay: Optional[_CountingIterator] = None
+
+    @property
+    def dataloader_iterator(self):
+        return self._replay if self._replay is not None else self._iterator
+
+    @dataloader_iterator.setter
+    def dataloader_iterator(self, iterator) -> None:
+        # Set by MMEngine's constructor and by a loader fallback.
+        self._iterator = iterator
+
+    def run(self):
+        plan = _pending_plan(self.runner)
+        if plan is not None:
+            plan.batches_in_epoch = self._iter
+            if self._iter > 0:
+                self._replay = _CountingIterator(self, plan, self._iter)
+            else:
+                plan.finish(self.runner, self.dataloader, 0)
+        return super().run()
+
+    def run_iter(self, data_batch) -> None:
+        plan = _pending_plan(self.runner)
+        if plan is not None:
+            self._replay = None
+            plan.reasons.append('the loader was not replayed before '
+                                'training went on')
+            plan.finish(self.runner, self.dataloader, 0)
+        super().run_iter(data_batch)

@@ -1,0 +1,289 @@
+"""What a stop checkpoint holds beyond MMEngine's, and what a resume checks.
+
+MMEngine's checkpoint holds the model, the optimizer (with an AMP wrapper's
+loss scaler), the parameter schedulers, the message hub (mmsafe's counters
+live there) and the loop's epoch and iteration. For a run to continue
+*exactly* where it stopped, :class:`~mmsafe.engine.hooks.PreemptionHook`
+adds under ``meta['mmsafe_resume']``:
+
+* per rank: the random generators (Python, NumPy, torch CPU and CUDA) at the
+  end of the last trained iteration, and how many batches of the current
+  epoch that rank trained;
+* a fingerprint of the run: world size, train dataset length, the loader's
+  effective settings and the training config, flattened.
+
+On a resume :func:`plan_resume` compares that fingerprint with the run that
+resumes and returns a :class:`ResumePlan`: which batches of the epoch the
+loop replays (loads and discards, so that the loader workers' random
+streams reach the state they had), when the generators are put back, and
+every reason the continuation cannot be exact. mmsafe's train loops
+(:mod:`mmsafe.engine.loops`) carry out the plan; the log and the safety
+report say what was continued and whether it is exact.
+"""
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from mmsafe.events import log, update_counters, write_event
+
+#: Key of mmsafe's state in a checkpoint's ``meta``.
+STATE_KEY = 'mmsafe_resume'
+
+#: Config keys that do not change what training computes (where files go,
+#: how it is launched and logged, mmsafe's reporting settings).
+IGNORED_CONFIG_KEYS = (
+    'work_dir', 'resume', 'load_from', 'launcher', 'env_cfg', 'log_level',
+    'log_processor', 'visualizer', 'vis_backends', 'default_hooks.logger',
+    'default_hooks.checkpoint', 'default_hooks.timer', 'experiment_name',
+    'mmsafe_peer_grace', 'custom_imports', 'gpu_ids', 'val_dataloader',
+    'val_evaluator', 'val_cfg', 'test_dataloader', 'test_evaluator',
+    'test_cfg', 'train_cfg.val_interval', 'train_cfg.val_begin')
+
+
+# ----------------------------------------------------------------- RNG --
+def capture_rng() -> Dict[str, Any]:
+    """This process's random generators, as values ``torch.load`` reads
+    with ``weights_only=True`` (tensors, lists, numbers, strings)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = dict(
+        python=[version, list(internal), gauss_next],
+        numpy=[name, torch.from_numpy(keys.astype(np.int64)), int(pos),
+               int(has_gauss), float(gauss)],
+        torch=torch.get_rng_state(),
+        cuda=(torch.cuda.get_rng_state_all()
+              if torch.cuda.is_available() and torch.cuda.is_initialized()
+              else []))
+    return state
+
+
+def restore_rng(state: Dict[str, Any]) -> None:
+    """Put this process's generators back to ``state``
+    (:func:`capture_rng`)."""
+    version, internal, gauss_next = state['python']
+    random.setstate((version, tuple(internal), gauss_next))
+    name, keys, pos, has_gauss, gauss = state['numpy']
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos,
+                         has_gauss, gauss))
+    torch.set_rng_state(state['torch'])
+    if state['cuda'] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state['cuda'])
+
+
+# --------------------------------------------------------- fingerprint --
+def _flatten(value: Any, prefix: str, out: Dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _flatten(value[key], f'{prefix}.{key}' if prefix else str(key),
+                     out)
+    elif isinstance(value, (list, tuple)) and any(
+            isinstance(v, dict) for v in value):
+        for i, item in enumerate(value):
+            _flatten(item, f'{prefix}[{i}]', out)
+    else:
+        out[prefix] = repr(value)
+
+
+def _ignored(key: str) -> bool:
+    return any(key == k or key.startswith(k + '.') or key.startswith(k + '[')
+               for k in IGNORED_CONFIG_KEYS)
+
+
+def training_config(cfg) -> Dict[str, str]:
+    """The config as ``{'a.b[0].c': repr(value)}``, without the keys that
+    do not change what training computes (:data:`IGNORED_CONFIG_KEYS`)."""
+    flat: Dict[str, str] = {}
+    _flatten(cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg), '',
+             flat)
+    return {k: v for k, v in flat.items() if not _ignored(k)}
+
+
+def _sampler_of(loader) -> Any:
+    batch_sampler = getattr(loader, 'batch_sampler', None)
+    inner = getattr(batch_sampler, 'sampler', None)
+    if hasattr(inner, 'seed'):
+        return inner
+    return getattr(loader, 'sampler', None)
+
+
+def loader_facts(loader) -> Dict[str, Any]:
+    """What of a train loader decides the data stream of a continuation."""
+    sampler = _sampler_of(loader)
+    seed = getattr(sampler, 'seed', None)
+    return dict(
+        num_workers=int(getattr(loader, 'num_workers', 0)),
+        persistent_workers=bool(getattr(loader, 'persistent_workers',
+                                        False)),
+        length=len(loader),
+        sampler=type(sampler).__name__,
+        sampler_seed=None if seed is None else int(seed))
+
+
+def run_fingerprint(runner) -> Dict[str, Any]:
+    """World size, train dataset length, loader facts, seed, loop type and
+    the flattened training config of ``runner``'s run."""
+    from mmsafe.dist import get_world_size
+    loop = runner.train_loop
+    loader = loop.dataloader
+    return dict(
+        world_size=get_world_size(),
+        dataset_length=len(loader.dataset),
+        loader=loader_facts(loader),
+        seed=runner.seed,
+        loop=type(loop).__name__,
+        config=training_config(runner.cfg))
+
+
+def differences(saved: Dict[str, Any], current: Dict[str, Any],
+                limit: int = 12) -> List[str]:
+    """What differs between two :func:`run_fingerprint` results that makes
+    a continuation inexact, one line each (the loader's effective settings
+    are compared when the loader has been probed, by the loop)."""
+    found = []
+    if saved.get('world_size') != current.get('world_size'):
+        found.append(f"world size {saved.get('world_size')} -> "
+                     f"{current.get('world_size')} (each rank's share of "
+                     'the data and its random state belong to the old '
+                     'layout)')
+    if saved.get('dataset_length') != current.get('dataset_length'):
+        found.append(f"train dataset length {saved.get('dataset_length')} "
+                     f"-> {current.get('dataset_length')} (the sampler "
+                     'orders other samples)')
+    if saved.get('seed') != current.get('seed'):
+        found.append(f"seed {saved.get('seed')} -> {current.get('seed')}")
+    old_cfg, new_cfg = saved.get('config', {}), current.get('config', {})
+    changed = [k for k in sorted(set(old_cfg) | set(new_cfg))
+               if old_cfg.get(k) != new_cfg.get(k)]
+    for key in changed[:limit]:
+        found.append(f"config {key}: {old_cfg.get(key, '(absent)')} -> "
+                     f"{new_cfg.get(key, '(absent)')}")
+    if len(changed) > limit:
+        found.append(f'config: {len(changed) - limit} more keys differ')
+    return found
+
+
+# ---------------------------------------------------------------- plan --
+@dataclass
+class ResumePlan:
+    """How a resumed run continues (see :func:`plan_resume`).
+
+    Attributes:
+        checkpoint (str): the checkpoint resumed from.
+        epoch (int): the loop's epoch after the resume.
+        iter (int): completed training iterations.
+        batches_in_epoch (int): batches of ``epoch`` this rank trained
+            before the stop; the loop replays (loads and discards) them.
+        rng (dict, optional): this rank's generators at the stop, put back
+            once the replay is done. None for a checkpoint without them.
+        loader (dict, optional): the loader's facts at the stop.
+        reasons (list[str]): why the continuation cannot be exact.
+        done (bool): the loop has carried the plan out.
+    """
+    checkpoint: str
+    epoch: int
+    iter: int
+    batches_in_epoch: int = 0
+    rng: Optional[Dict[str, Any]] = None
+    loader: Optional[Dict[str, Any]] = None
+    reasons: List[str] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def exact(self) -> bool:
+        return not self.reasons
+
+    def finish(self, runner, loader, replayed: int) -> None:
+        """Called by the loop when ``replayed`` batches were loaded and
+        discarded: checks the effective loader, puts the generators back,
+        says what was continued (log, event, counters)."""
+        self.done = True
+        if self.loader is not None and loader is not None:
+            now = loader_facts(loader)
+            for key in ('num_workers', 'length', 'sampler', 'sampler_seed'):
+                if now.get(key) != self.loader.get(key):
+                    self.reasons.append(
+                        f'train loader {key} {self.loader.get(key)} -> '
+                        f'{now.get(key)}')
+        if replayed != self.batches_in_epoch:
+            self.reasons.append(
+                f'{replayed} of the {self.batches_in_epoch} trained batches '
+                'of the epoch were replayed')
+        if self.rng is not None:
+            restore_rng(self.rng)
+        self.report(runner, replayed)
+
+    def report(self, runner, replayed: int = 0) -> None:
+        """Log, event and counters of this resume."""
+        from mmengine.dist import is_main_process
+        where = (f'epoch {self.epoch + 1}, after batch '
+                 f'{self.batches_in_epoch} of the epoch (iteration '
+                 f'{self.iter})' if self.batches_in_epoch else
+                 f'iteration {self.iter} (epoch {self.epoch + 1} starts)')
+        if self.exact:
+            verdict = ('exact: the same remaining samples in the same '
+                       'order, the same random state')
+            level = logging.INFO
+        else:
+            verdict = 'NOT exact: ' + '; '.join(self.reasons)
+            level = logging.WARNING
+        how = (f' ({replayed} batches replayed through the loader)'
+               if replayed else '')
+        log(f'resumed from {self.checkpoint} at {where}{how}: {verdict}.',
+            level)
+        update_counters('resume_continuation', checkpoint=self.checkpoint,
+                        epoch=self.epoch, iter=self.iter,
+                        batches_in_epoch=self.batches_in_epoch,
+                        exact=self.exact, reasons=list(self.reasons))
+        if is_main_process():
+            write_event(runner.work_dir, 'resume_continuation',
+                        checkpoint=self.checkpoint, epoch=self.epoch,
+                        iter=self.iter,
+                        batches_in_epoch=self.batches_in_epoch,
+                        exact=self.exact, reasons=list(self.reasons))
+
+
+def plan_resume(runner, checkpoint: Dict[str, Any],
+                filename: str) -> ResumePlan:
+    """The :class:`ResumePlan` for ``runner`` resuming from ``checkpoint``
+    (already loaded by MMEngine's ``Runner.resume``)."""
+    from mmsafe.dist import get_rank
+    meta = checkpoint.get('meta', {}) or {}
+    state = meta.get(STATE_KEY)
+    plan = ResumePlan(checkpoint=filename, epoch=int(meta.get('epoch', 0)),
+                      iter=int(meta.get('iter', 0)))
+    loop = runner.train_loop
+    if state is None:
+        plan.reasons.append(
+            'the checkpoint holds no random state (a regular checkpoint: '
+            'model, optimizer and schedulers only); the data order of the '
+            'next epoch is the same, the random draws are not')
+        return plan
+    ranks = state.get('ranks', [])
+    rank = get_rank()
+    mine = ranks[rank] if rank < len(ranks) else None
+    plan.reasons += differences(state.get('fingerprint', {}),
+                                run_fingerprint(runner))
+    if mine is None:
+        plan.reasons.append(f'the checkpoint has no state of rank {rank}')
+        return plan
+    plan.batches_in_epoch = int(mine.get('batches_in_epoch', 0))
+    plan.rng = mine.get('rng')
+    plan.loader = state.get('fingerprint', {}).get('loader')
+    if not getattr(loop, 'continues_inside_epoch', False):
+        plan.reasons.append(
+            f'the train loop {type(loop).__name__} restarts the epoch: its '
+            f'first {plan.batches_in_epoch} batches train twice')
+    loader = plan.loader or {}
+    if (loader.get('persistent_workers') and loader.get('num_workers')
+            and getattr(loop, 'replays_from_epoch_start', False)
+            and plan.epoch > 0):
+        plan.reasons.append(
+            'persistent_workers=True: the loader workers carried their '
+            'random state over from earlier epochs, which a replay of this '
+            'epoch cannot restore (set persistent_workers=False for exact '
+            'resumes)')
+    return plan
