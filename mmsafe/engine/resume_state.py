@@ -7,8 +7,9 @@ live there) and the loop's epoch and iteration. For a run to continue
 adds under ``meta['mmsafe_resume']``:
 
 * per rank: the random generators (Python, NumPy, torch CPU and CUDA) at the
-  end of the last trained iteration, and how many batches of the current
-  epoch that rank trained;
+  end of the last trained iteration, how many batches of the current epoch
+  that rank trained, and (ranks above 0) the model's buffers: under DDP
+  each rank keeps its own running statistics, and MMEngine saves rank 0's;
 * a fingerprint of the run: world size, train dataset length, the loader's
   effective settings and the training config, flattened.
 
@@ -72,6 +73,32 @@ def restore_rng(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state['torch'])
     if state['cuda'] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state['cuda'])
+
+
+# ------------------------------------------------------------ buffers --
+def rank_buffers(model) -> Dict[str, torch.Tensor]:
+    """The model's buffers on this rank (CPU copies). Under DDP MMEngine
+    does not broadcast buffers, so each rank keeps its own running
+    statistics (BatchNorm, MACL's feature centres), and a checkpoint holds
+    rank 0's only."""
+    from mmsafe.engine.utils import unwrap_model
+    return {name: buf.detach().cpu().clone()
+            for name, buf in unwrap_model(model).named_buffers()}
+
+
+def load_rank_buffers(model, buffers: Dict[str, torch.Tensor]) -> List[str]:
+    """Copy ``buffers`` (:func:`rank_buffers`) into the model; returns the
+    names the model does not have."""
+    from mmsafe.engine.utils import unwrap_model
+    own = dict(unwrap_model(model).named_buffers())
+    missing = []
+    with torch.no_grad():
+        for name, value in buffers.items():
+            if name in own and own[name].shape == value.shape:
+                own[name].copy_(value)
+            else:
+                missing.append(name)
+    return missing
 
 
 # --------------------------------------------------------- fingerprint --
@@ -270,6 +297,11 @@ def plan_resume(runner, checkpoint: Dict[str, Any],
     if mine is None:
         plan.reasons.append(f'the checkpoint has no state of rank {rank}')
         return plan
+    if mine.get('buffers'):
+        missing = load_rank_buffers(runner.model, mine['buffers'])
+        if missing:
+            plan.reasons.append(f'buffers of rank {rank} not in the model: '
+                                f'{missing[:5]}')
     plan.batches_in_epoch = int(mine.get('batches_in_epoch', 0))
     plan.rng = mine.get('rng')
     plan.loader = state.get('fingerprint', {}).get('loader')

@@ -13,7 +13,8 @@ from mmengine.hooks import Hook
 from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, is_distributed
 from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
-from mmsafe.engine.resume_state import STATE_KEY, capture_rng, run_fingerprint
+from mmsafe.engine.resume_state import (STATE_KEY, capture_rng, rank_buffers,
+                                        run_fingerprint)
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.events import log, update_counters, write_event
 
@@ -100,6 +101,7 @@ class PreemptionHook(Hook):
         self._stopping = False
         self._runner = None
         self._sync = None
+        self._pid = os.getpid()
 
     # -------------------------------------------------------- signals --
     def before_run(self, runner) -> None:
@@ -111,6 +113,7 @@ class PreemptionHook(Hook):
                 'Python delivers signals; stop signals end it as they '
                 'would without mmsafe.', logging.WARNING)
             return
+        self._pid = os.getpid()
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
@@ -123,12 +126,19 @@ class PreemptionHook(Hook):
         self._previous = {}
 
     def _on_signal(self, signum: int, frame) -> None:
+        previous = self._previous.get(signal.Signals(signum))
+        if os.getpid() != self._pid:
+            # A process forked from the training process (a metric's
+            # multiprocessing pool, ...) inherited this handler; its
+            # parent's terminate() must end it as before.
+            _as_before(signum, frame, previous)
+            return
         runner = self._runner
         channel = getattr(runner, 'rank_channel', None)
         if channel is not None and channel.peer_failures:
             # The launcher tears down a run whose other rank failed.
             self._restore_handlers()
-            os.kill(os.getpid(), signum)
+            _as_before(signum, frame, previous)
             return
         loop = getattr(runner, '_train_loop', None)
         it = getattr(loop, 'iter', None) if not isinstance(loop,
@@ -207,7 +217,9 @@ class PreemptionHook(Hook):
         mine = dict(rank=get_rank(), iter=done, epoch=runner.epoch,
                     batches_in_epoch=batch_idx + 1 if by_epoch else done,
                     signals=[name for name, _, _ in self._received],
-                    rng=capture_rng())
+                    rng=capture_rng(),
+                    # rank 0's are the checkpoint's state_dict
+                    buffers=rank_buffers(runner.model) if get_rank() else {})
         states = all_gather_object(mine)
         if {s['iter'] for s in states} != {done}:
             raise RuntimeError(
@@ -255,6 +267,17 @@ class PreemptionHook(Hook):
             f'The process exits with code {self.exit_code}; continue with '
             '`--resume`.', logging.WARNING)
         raise Preempted(reason, path, self.exit_code)
+
+
+def _as_before(signum: int, frame, previous) -> None:
+    """Handle ``signum`` as the handler before mmsafe's would have."""
+    if previous is signal.SIG_IGN:
+        return
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _optimizer_stepped(runner) -> bool:
