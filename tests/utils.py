@@ -20,7 +20,7 @@ import tempfile
 import textwrap
 import time
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
-                    Set)
+                    Set, Tuple)
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TRAIN = osp.join(REPO_ROOT, 'tools', 'train.py')
@@ -295,3 +295,51 @@ def logged_messages() -> Iterator[List[str]]:
         yield messages
     finally:
         logger.removeHandler(handler)
+
+
+def run_and_signal(cmd: Sequence[str], timeout: float,
+                   actions: Sequence[Tuple[Callable[[], bool], Callable[
+                       [subprocess.Popen], None]]],
+                   env: Optional[dict] = None,
+                   cwd: str = REPO_ROOT) -> RunResult:
+    """Run ``cmd`` like :func:`run_command`; meanwhile, for each
+    ``(ready, act)`` in order, wait until ``ready()`` is true, then call
+    ``act(proc)`` (e.g. send a signal to the launcher). The output is read
+    by a thread, so a chatty process never blocks on its pipe."""
+    import threading
+    full_env = dict(os.environ)
+    full_env.setdefault('OMP_NUM_THREADS', '1')
+    full_env['PYTHONPATH'] = REPO_ROOT + os.pathsep + full_env.get(
+        'PYTHONPATH', '')
+    full_env['PYTHONUNBUFFERED'] = '1'
+    if env:
+        full_env.update(env)
+    limit = time_left_in_test(timeout)
+    deadline = time.monotonic() + limit
+    proc = spawn(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, text=True)
+    chunks: List[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(proc.stdout),
+                              daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        for ready, act in actions:
+            while not ready() and proc.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            act(proc)
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    finally:
+        kill_group(proc.pid)
+        if proc.poll() is None:
+            proc.wait()
+        reader.join(timeout=10)
+    return RunResult(-9 if timed_out else proc.returncode, ''.join(chunks),
+                     timed_out)

@@ -1,0 +1,121 @@
+"""The pieces of a stop and a resume, in one process: random state saved
+weights-only and restored, what makes a resume inexact, loader workers
+that outlive a job-wide stop signal, and processes forked from the
+training process that still end on their parent's ``terminate()``."""
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from mmsafe.datasets.loader.processes import IgnoreStopSignals
+from mmsafe.engine.monitor_sync import MonitorSync
+from mmsafe.engine.resume_state import (capture_rng, differences,
+                                        restore_rng)
+
+
+def _draws():
+    return (random.random(), float(np.random.rand()),
+            float(torch.rand(())))
+
+
+def test_random_state_survives_a_weights_only_checkpoint(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    _draws()
+    path = str(tmp_path / 'state.pth')
+    torch.save(dict(rng=capture_rng()), path)
+    expected = [_draws() for _ in range(3)]
+    _draws()  # move on
+    restore_rng(torch.load(path, weights_only=True)['rng'])
+    assert [_draws() for _ in range(3)] == expected
+
+
+def test_differences_name_what_makes_a_resume_inexact():
+    saved = dict(world_size=2, dataset_length=300, seed=0,
+                 config={'optim_wrapper.optimizer.lr': '0.002',
+                         'train_dataloader.batch_size': '4'})
+    same = differences(saved, dict(saved))
+    assert same == []
+    changed = differences(saved, dict(
+        world_size=1, dataset_length=290, seed=0,
+        config={'optim_wrapper.optimizer.lr': '0.002',
+                'train_dataloader.batch_size': '8'}))
+    assert changed[0].startswith('world size 2 -> 1')
+    assert changed[1].startswith('train dataset length 300 -> 290')
+    assert changed[2] == 'config train_dataloader.batch_size: 4 -> 8'
+    assert len(changed) == 3
+
+
+def _sleep_as_worker(ready):
+    IgnoreStopSignals()(0)
+    ready.set()
+    time.sleep(60)
+
+
+@pytest.mark.skipif(not hasattr(signal, 'sigwaitinfo'),
+                    reason='sigwaitinfo (Linux) tells who sent SIGTERM')
+def test_loader_worker_outlives_job_wide_signals_not_its_parents_terminate():
+    ctx = multiprocessing.get_context('fork')
+    ready = ctx.Event()
+    worker = ctx.Process(target=_sleep_as_worker, args=(ready, ),
+                         daemon=True)
+    worker.start()
+    try:
+        assert ready.wait(20)
+        # What a cluster or a console sends to every process of the job:
+        for sig in ('USR1', 'INT', 'TERM'):
+            subprocess.run(['kill', f'-{sig}', str(worker.pid)], check=True)
+        worker.join(1.0)
+        assert worker.is_alive()
+        worker.terminate()  # the training process ends its worker
+        worker.join(10)
+        assert not worker.is_alive()
+        assert worker.exitcode == -signal.SIGTERM
+    finally:
+        if worker.is_alive():
+            worker.kill()
+
+
+class _Runner:
+    monitor_sync = MonitorSync()
+    rank_channel = None
+    _train_loop = None
+
+
+def _sleep():
+    time.sleep(60)
+
+
+def test_a_forked_child_ends_on_terminate_while_the_hook_handles_signals():
+    # A metric's multiprocessing pool forks from the training process while
+    # PreemptionHook's handlers are installed; pool.terminate() must still
+    # end its workers (else the evaluation waits for them forever).
+    from mmsafe.engine.hooks import PreemptionHook
+    hook = PreemptionHook()
+    hook.before_run(_Runner())
+    try:
+        child = multiprocessing.get_context('fork').Process(target=_sleep,
+                                                            daemon=True)
+        child.start()
+        time.sleep(0.3)
+        child.terminate()
+        child.join(10)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+        assert not alive
+        assert child.exitcode == -signal.SIGTERM
+        # In the training process itself the signal only asks for a stop.
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert [name for name, _, _ in hook._received] == ['SIGTERM']
+    finally:
+        hook.after_run(None)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
