@@ -30,6 +30,24 @@ EXIT_CODE_FILE_ENV = 'MMSAFE_EXIT_CODE_FILE'
 
 REQUEST = 'preemption/request'
 
+# Handlers to put back in a process forked while a PreemptionHook's are
+# installed: a forked child (a metric's multiprocessing pool, ...) must end
+# on its parent's terminate() as it would without mmsafe.
+_FORK_RESETS: dict = {}
+
+
+def _reset_in_child() -> None:
+    for sig, previous in list(_FORK_RESETS.items()):
+        try:
+            signal.signal(sig, previous)
+        except (ValueError, TypeError, OSError):
+            pass
+    _FORK_RESETS.clear()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_reset_in_child)
+
 
 def signals_by_name(names: Sequence[str]) -> List[signal.Signals]:
     """The platform's signals among ``names`` (unknown names skipped)."""
@@ -116,9 +134,11 @@ class PreemptionHook(Hook):
         self._pid = os.getpid()
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._on_signal)
+            _FORK_RESETS.setdefault(sig, self._previous[sig])
 
     def _restore_handlers(self) -> None:
         for sig, previous in self._previous.items():
+            _FORK_RESETS.pop(sig, None)
             try:
                 signal.signal(sig, previous)
             except (ValueError, TypeError, OSError):
