@@ -23,6 +23,7 @@ report say what was continued and whether it is exact.
 """
 import logging
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -112,7 +113,9 @@ def _flatten(value: Any, prefix: str, out: Dict[str, str]) -> None:
         for i, item in enumerate(value):
             _flatten(item, f'{prefix}[{i}]', out)
     else:
-        out[prefix] = repr(value)
+        # an object's address (a function in a pure-python config) is not
+        # part of the config
+        out[prefix] = re.sub(r' at 0x[0-9a-fA-F]+', '', repr(value))
 
 
 def _ignored(key: str) -> bool:
@@ -218,6 +221,7 @@ class ResumePlan:
     loader: Optional[Dict[str, Any]] = None
     reasons: List[str] = field(default_factory=list)
     done: bool = False
+    by_epoch: bool = True
 
     @property
     def exact(self) -> bool:
@@ -246,10 +250,14 @@ class ResumePlan:
     def report(self, runner, replayed: int = 0) -> None:
         """Log, event and counters of this resume."""
         from mmengine.dist import is_main_process
-        where = (f'epoch {self.epoch + 1}, after batch '
-                 f'{self.batches_in_epoch} of the epoch (iteration '
-                 f'{self.iter})' if self.batches_in_epoch else
-                 f'iteration {self.iter} (epoch {self.epoch + 1} starts)')
+        if not self.by_epoch:
+            where = f'iteration {self.iter}'
+        elif self.batches_in_epoch:
+            where = (f'epoch {self.epoch + 1}, after batch '
+                     f'{self.batches_in_epoch} of the epoch (iteration '
+                     f'{self.iter})')
+        else:
+            where = f'iteration {self.iter} (epoch {self.epoch + 1} starts)'
         if self.exact:
             verdict = ('exact: the same remaining samples in the same '
                        'order, the same random state')
@@ -283,6 +291,8 @@ def plan_resume(runner, checkpoint: Dict[str, Any],
     plan = ResumePlan(checkpoint=filename, epoch=int(meta.get('epoch', 0)),
                       iter=int(meta.get('iter', 0)))
     loop = runner.train_loop
+    from mmengine.runner import IterBasedTrainLoop
+    plan.by_epoch = not isinstance(loop, IterBasedTrainLoop)
     if state is None:
         plan.reasons.append(
             'the checkpoint holds no random state (a regular checkpoint: '

@@ -119,3 +119,32 @@ def test_a_forked_child_ends_on_terminate_while_the_hook_handles_signals():
     finally:
         hook.after_run(None)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_functions_address_is_not_a_config_difference():
+    from mmengine.config import Config
+
+    from mmsafe.engine.resume_state import training_config
+
+    def collate(batch):
+        return batch
+    first = training_config(Config(dict(
+        train_dataloader=dict(collate_fn=dict(type=collate)),
+        work_dir='a')))
+    second = training_config(Config(dict(
+        train_dataloader=dict(collate_fn=dict(type=collate)),
+        work_dir='b')))
+    assert ' at 0x' not in first['train_dataloader.collate_fn.type']
+    assert first == second  # work_dir does not count either
+
+
+def test_a_new_stop_checkpoint_replaces_the_earlier_ones(tmp_path):
+    from mmsafe.engine.hooks.preemption_hook import \
+        _remove_older_stop_checkpoints
+    for name in ('preempted_iter_5.pth', 'preempted_iter_9.pth',
+                 'epoch_1.pth'):
+        (tmp_path / name).write_bytes(b'x')
+    _remove_older_stop_checkpoints(str(tmp_path),
+                                   str(tmp_path / 'preempted_iter_9.pth'))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        'epoch_1.pth', 'preempted_iter_9.pth']

@@ -258,6 +258,7 @@ class PreemptionHook(Hook):
         if get_rank() == 0:
             atomic_write(os.path.join(runner.work_dir, 'last_checkpoint'),
                          lambda f: f.write(path), mode='w')
+            _remove_older_stop_checkpoints(runner.work_dir, path)
             code_file = os.environ.get(EXIT_CODE_FILE_ENV)
             if code_file:
                 atomic_write(code_file,
@@ -287,6 +288,19 @@ class PreemptionHook(Hook):
             f'The process exits with code {self.exit_code}; continue with '
             '`--resume`.', logging.WARNING)
         raise Preempted(reason, path, self.exit_code)
+
+
+def _remove_older_stop_checkpoints(folder: str, keep: str) -> None:
+    """Earlier ``preempted_iter_*.pth`` of the folder: the new one is
+    complete and named by ``last_checkpoint``, so they are superseded."""
+    import glob
+    for path in glob.glob(os.path.join(folder, 'preempted_iter_*.pth')):
+        if os.path.abspath(path) != os.path.abspath(keep):
+            try:
+                os.remove(path)
+            except OSError as err:
+                log(f'could not remove the earlier stop checkpoint {path}: '
+                    f'{err}', logging.WARNING)
 
 
 def _as_before(signum: int, frame, previous) -> None:
