@@ -65,15 +65,16 @@ def capture_rng() -> Dict[str, Any]:
 
 def restore_rng(state: Dict[str, Any]) -> None:
     """Put this process's generators back to ``state``
-    (:func:`capture_rng`)."""
+    (:func:`capture_rng`). Its tensors may be on any device: MMEngine's
+    ``resume`` loads a checkpoint onto the training device."""
     version, internal, gauss_next = state['python']
     random.setstate((version, tuple(internal), gauss_next))
     name, keys, pos, has_gauss, gauss = state['numpy']
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos,
+    np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), pos,
                          has_gauss, gauss))
-    torch.set_rng_state(state['torch'])
+    torch.set_rng_state(state['torch'].cpu())
     if state['cuda'] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state['cuda']])
 
 
 # ------------------------------------------------------------ buffers --

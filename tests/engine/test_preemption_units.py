@@ -35,6 +35,11 @@ def test_random_state_survives_a_weights_only_checkpoint(tmp_path):
     _draws()  # move on
     restore_rng(torch.load(path, weights_only=True)['rng'])
     assert [_draws() for _ in range(3)] == expected
+    if torch.cuda.is_available():
+        # MMEngine's resume loads the checkpoint onto the training device
+        restore_rng(torch.load(path, weights_only=True,
+                               map_location='cuda')['rng'])
+        assert [_draws() for _ in range(3)] == expected
 
 
 def test_differences_name_what_makes_a_resume_inexact():
