@@ -65,6 +65,8 @@ EXAMPLES = {
         'LossDictLintHook': dict(type='LossDictLintHook'),
         'MACLCheckHook': dict(type='MACLCheckHook'),
         'RankFaultHook': dict(type='RankFaultHook', policy='raise'),
+        'PreemptionHook': dict(type='PreemptionHook', signals=['SIGUSR1'],
+                               exit_code=3),
         'SafetyReportHook': dict(type='SafetyReportHook'),
         'ScalarBandsHook': dict(
             type='ScalarBandsHook',
@@ -84,6 +86,13 @@ EXAMPLES = {
             runner_type='SafeRunner', model=_tiny_model(),
             work_dir=osp.join(root, 'work'), default_scope='mmdet',
             experiment_name='registry_build_safe_runner'),
+    },
+    # Built by SafeRunner from MMEngine's loop names (and from their own).
+    'loop': {
+        'ResumableEpochBasedTrainLoop': dict(type='EpochBasedTrainLoop',
+                                             max_epochs=1),
+        'ResumableIterBasedTrainLoop': dict(type='IterBasedTrainLoop',
+                                            max_iters=2),
     },
     'optim_wrapper': {
         'NaNSkipOptimWrapper': dict(type='NaNSkipOptimWrapper'),
@@ -148,6 +157,21 @@ def test_builds_from_config_under_mmdet_scope(group, name, tmp_path):
         obj = RUNNERS.build(Config(cfg))
         assert type(obj).__name__ == name
         assert obj.monitor_sync is not None
+        return
+    if group == 'loop':
+        from mmengine.config import Config
+        from mmengine.registry import RUNNERS
+        runner = RUNNERS.build(Config(dict(
+            runner_type='SafeRunner', model=_tiny_model(),
+            work_dir=osp.join(str(tmp_path), 'work'), default_scope='mmdet',
+            experiment_name=f'registry_build_{name}',
+            train_dataloader=dict(
+                batch_size=1, num_workers=0,
+                sampler=dict(type='DefaultSampler', shuffle=False),
+                dataset=_llvip(str(tmp_path / 'llvip'))),
+            train_cfg=cfg,
+            optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)))))
+        assert type(runner.train_loop).__name__ == name
         return
     with DefaultScope.overwrite_default_scope('mmdet'):
         if group == 'optim_wrapper':
