@@ -102,12 +102,9 @@ def kill_live_groups() -> List[int]:
     return groups
 
 
-def run_command(cmd: Sequence[str], timeout: float,
-                env: Optional[dict] = None,
-                cwd: str = REPO_ROOT) -> RunResult:
-    """Run ``cmd`` in its own process group, which is killed when the
-    command ends (leftover children included), on timeout, and when the
-    test is interrupted. ``timeout`` is cut to the test's time left."""
+def child_env(env: Optional[dict] = None) -> dict:
+    """This process's environment for a tool run by a test: one thread
+    per op, the repository importable, unbuffered output, then ``env``."""
     full_env = dict(os.environ)
     full_env.setdefault('OMP_NUM_THREADS', '1')
     full_env['PYTHONPATH'] = REPO_ROOT + os.pathsep + full_env.get(
@@ -115,6 +112,16 @@ def run_command(cmd: Sequence[str], timeout: float,
     full_env['PYTHONUNBUFFERED'] = '1'
     if env:
         full_env.update(env)
+    return full_env
+
+
+def run_command(cmd: Sequence[str], timeout: float,
+                env: Optional[dict] = None,
+                cwd: str = REPO_ROOT) -> RunResult:
+    """Run ``cmd`` in its own process group, which is killed when the
+    command ends (leftover children included), on timeout, and when the
+    test is interrupted. ``timeout`` is cut to the test's time left."""
+    full_env = child_env(env)
     limit = time_left_in_test(timeout)
     proc = spawn(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                  stderr=subprocess.STDOUT, text=True)
@@ -307,13 +314,7 @@ def run_and_signal(cmd: Sequence[str], timeout: float,
     ``act(proc)`` (e.g. send a signal to the launcher). The output is read
     by a thread, so a chatty process never blocks on its pipe."""
     import threading
-    full_env = dict(os.environ)
-    full_env.setdefault('OMP_NUM_THREADS', '1')
-    full_env['PYTHONPATH'] = REPO_ROOT + os.pathsep + full_env.get(
-        'PYTHONPATH', '')
-    full_env['PYTHONUNBUFFERED'] = '1'
-    if env:
-        full_env.update(env)
+    full_env = child_env(env)
     limit = time_left_in_test(timeout)
     deadline = time.monotonic() + limit
     proc = spawn(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
