@@ -89,9 +89,10 @@ def test_loader_worker_outlives_job_wide_signals_not_its_parents_terminate():
 
 
 class _Runner:
+    from mmengine.logging import MessageHub
     monitor_sync = MonitorSync()
     rank_channel = None
-    _train_loop = None
+    message_hub = MessageHub.get_instance('preemption-units')
 
 
 def _sleep():

@@ -16,6 +16,7 @@ from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import (STATE_KEY, capture_rng, rank_buffers,
                                         run_fingerprint)
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
+from mmsafe.engine.utils import train_progress
 from mmsafe.events import log, update_counters, write_event
 
 #: Signals that stop a run by default (those the platform has): Slurm's
@@ -116,7 +117,6 @@ class PreemptionHook(Hook):
         self._announced = 0
         self._posted = False
         self._decided_at: Optional[int] = None
-        self._stopping = False
         self._runner = None
         self._sync = None
         self._pid = os.getpid()
@@ -160,11 +160,9 @@ class PreemptionHook(Hook):
             self._restore_handlers()
             _as_before(signum, frame, previous)
             return
-        loop = getattr(runner, '_train_loop', None)
-        it = getattr(loop, 'iter', None) if not isinstance(loop,
-                                                           dict) else None
+        _, done, _ = train_progress(runner)
         self._received.append((signal.Signals(signum).name, time.time(),
-                               it))
+                               done))
 
     def after_train(self, runner) -> None:
         self._restore_handlers()
@@ -202,7 +200,8 @@ class PreemptionHook(Hook):
                     self._received[self._announced:]]
             log(f'{", ".join(more)} received again on rank {get_rank()} '
                 'while stopping: ignored (the checkpoint is written '
-                'atomically; the stop goes on).', logging.WARNING)
+                'atomically; the stop goes on; SIGKILL ends the process at '
+                'once).', logging.WARNING)
         self._announced = len(self._received)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
@@ -228,7 +227,6 @@ class PreemptionHook(Hook):
     def _stop(self, runner, batch_idx: int) -> None:
         from mmengine.dist import barrier
         from mmengine.runner import IterBasedTrainLoop
-        self._stopping = True
         self._announce(runner)
         started = time.time()
         loop = runner.train_loop
