@@ -282,6 +282,23 @@ class ResumePlan:
                         exact=self.exact, reasons=list(self.reasons))
 
 
+def _saved_config(meta: Dict[str, Any], reasons: List[str]
+                  ) -> Optional[Dict[str, str]]:
+    """:func:`training_config` of the config text MMEngine saves in every
+    checkpoint's meta (None when there is none; one that does not parse is
+    a reason of its own)."""
+    text = meta.get('cfg')
+    if not isinstance(text, str):
+        return None
+    from mmengine.config import Config
+    try:
+        return training_config(Config.fromstring(text, file_format='.py'))
+    except Exception as err:  # noqa: BLE001 (reported as a reason)
+        reasons.append('the config saved in the checkpoint does not parse '
+                       f'({type(err).__name__}: {err}); not compared')
+        return None
+
+
 def plan_resume(runner, checkpoint: Dict[str, Any],
                 filename: str) -> ResumePlan:
     """The :class:`ResumePlan` for ``runner`` resuming from ``checkpoint``
@@ -299,6 +316,11 @@ def plan_resume(runner, checkpoint: Dict[str, Any],
             'the checkpoint holds no random state (a regular checkpoint: '
             'model, optimizer and schedulers only); the data order of the '
             'next epoch is the same, the random draws are not')
+        saved_cfg = _saved_config(meta, plan.reasons)
+        if saved_cfg is not None:  # MMEngine keeps the config's text
+            plan.reasons += differences(
+                dict(config=saved_cfg, seed=meta.get('seed')),
+                dict(config=training_config(runner.cfg), seed=runner.seed))
         return plan
     ranks = state.get('ranks', [])
     rank = get_rank()

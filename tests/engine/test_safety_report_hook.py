@@ -61,8 +61,14 @@ def test_report_after_finished_and_resumed_run(tmp_path):
     assert result.returncode == 0, result
     report = _report(work_dir)
     resumes = report['summary']['resumes']
-    assert resumes['events'] == 1
+    # the resume, then what it continued (a regular checkpoint of another
+    # config: not exact, and why)
+    assert resumes['events'] == 2
+    assert resumes['last']['kind'] == 'resume_continuation'
     assert resumes['last']['checkpoint'] == osp.join(work_dir, 'epoch_2.pth')
+    assert resumes['last']['exact'] is False
+    assert 'config train_cfg.max_epochs: 2 -> 3' in \
+        resumes['last']['reasons'], resumes['last']
     assert resumes['counters']['resume']['0']['count'] == 1
     assert report['iter'] == 12
     # Events of the first attempt stay in the report of the whole run.
