@@ -302,7 +302,17 @@ def _saved_config(meta: Dict[str, Any], reasons: List[str]
 def plan_resume(runner, checkpoint: Dict[str, Any],
                 filename: str) -> ResumePlan:
     """The :class:`ResumePlan` for ``runner`` resuming from ``checkpoint``
-    (already loaded by MMEngine's ``Runner.resume``)."""
+    (already loaded by MMEngine's ``Runner.resume``). A train loop that is
+    not one of mmsafe's cannot carry the plan out: the resume is reported
+    here, as it stands."""
+    plan = _plan(runner, checkpoint, filename)
+    if not getattr(runner.train_loop, 'continues_inside_epoch', False):
+        plan.done = True
+        plan.report(runner)
+    return plan
+
+
+def _plan(runner, checkpoint: Dict[str, Any], filename: str) -> ResumePlan:
     from mmsafe.dist import get_rank
     meta = checkpoint.get('meta', {}) or {}
     state = meta.get(STATE_KEY)

@@ -154,3 +154,26 @@ def test_a_new_stop_checkpoint_replaces_the_earlier_ones(tmp_path):
                                    str(tmp_path / 'preempted_iter_9.pth'))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         'epoch_1.pth', 'preempted_iter_9.pth']
+
+
+def test_a_resume_into_another_loop_is_reported_at_once(tmp_path):
+    # A custom train loop cannot replay: the resume says so when it is
+    # made, instead of never.
+    from mmengine.logging import MessageHub
+
+    from mmsafe.engine.resume_state import STATE_KEY, plan_resume
+
+    class Loop:
+        dataloader = None
+
+    class Runner:
+        train_loop = Loop()
+        work_dir = str(tmp_path)
+        message_hub = MessageHub.get_instance('preemption-units-loop')
+
+    meta = dict(epoch=1, iter=30, **{STATE_KEY: None})
+    plan = plan_resume(Runner(), dict(meta=meta), 'x.pth')
+    assert plan.done and not plan.exact
+    info = MessageHub.get_current_instance().get_info(
+        'mmsafe/resume_continuation')
+    assert info['checkpoint'] == 'x.pth' and info['exact'] is False
