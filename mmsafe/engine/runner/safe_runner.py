@@ -270,7 +270,7 @@ class SafeRunner(Runner):
             except StopTraining as stop:
                 saved = (f' (saved {stop.checkpoint})'
                          if stop.checkpoint else '')
-                log(f'training stopped: {stop.reason}{saved}; '
+                log(f'training stopped by a hook: {stop.reason}{saved}; '
                     'ending the run (after_train and after_run hooks run).',
                     logging.WARNING)
                 self.call_hook('after_train')
