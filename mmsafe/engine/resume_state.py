@@ -22,15 +22,14 @@ every reason the continuation cannot be exact. mmsafe's train loops
 report say what was continued and whether it is exact.
 """
 import logging
-import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 import torch
 
 from mmsafe.events import log, update_counters, write_event
+from mmsafe.rng import RNGState
 
 #: Key of mmsafe's state in a checkpoint's ``meta``.
 STATE_KEY = 'mmsafe_resume'
@@ -44,37 +43,6 @@ IGNORED_CONFIG_KEYS = (
     'mmsafe_peer_grace', 'custom_imports', 'gpu_ids', 'val_dataloader',
     'val_evaluator', 'val_cfg', 'test_dataloader', 'test_evaluator',
     'test_cfg', 'train_cfg.val_interval', 'train_cfg.val_begin')
-
-
-# ----------------------------------------------------------------- RNG --
-def capture_rng() -> Dict[str, Any]:
-    """This process's random generators, as values ``torch.load`` reads
-    with ``weights_only=True`` (tensors, lists, numbers, strings)."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
-    state = dict(
-        python=[version, list(internal), gauss_next],
-        numpy=[name, torch.from_numpy(keys.astype(np.int64)), int(pos),
-               int(has_gauss), float(gauss)],
-        torch=torch.get_rng_state(),
-        cuda=(torch.cuda.get_rng_state_all()
-              if torch.cuda.is_available() and torch.cuda.is_initialized()
-              else []))
-    return state
-
-
-def restore_rng(state: Dict[str, Any]) -> None:
-    """Put this process's generators back to ``state``
-    (:func:`capture_rng`). Its tensors may be on any device: MMEngine's
-    ``resume`` loads a checkpoint onto the training device."""
-    version, internal, gauss_next = state['python']
-    random.setstate((version, tuple(internal), gauss_next))
-    name, keys, pos, has_gauss, gauss = state['numpy']
-    np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), pos,
-                         has_gauss, gauss))
-    torch.set_rng_state(state['torch'].cpu())
-    if state['cuda'] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state['cuda']])
 
 
 # ------------------------------------------------------------ buffers --
@@ -245,7 +213,7 @@ class ResumePlan:
                 f'{replayed} of the {self.batches_in_epoch} trained batches '
                 'of the epoch were replayed')
         if self.rng is not None:
-            restore_rng(self.rng)
+            RNGState.from_state_dict(self.rng).restore()
         self.report(runner, replayed)
 
     def report(self, runner, replayed: int = 0) -> None:

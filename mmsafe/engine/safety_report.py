@@ -71,8 +71,9 @@ class SafetyReport:
               states: List[Dict[str, Any]],
               started: float,
               root_cause: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        """The report: status, exception, root cause, progress, sections,
-        counters."""
+        """The report: status (a ``'finished'`` run that a stop signal
+        ended reads ``'preempted'``), exception, root cause, progress,
+        sections, counters."""
         events = _read_events(runner.work_dir)
         names = [n for n in DISPLAY_ORDER
                  if n in dict(self.sections)] + [
@@ -116,6 +117,8 @@ class SafetyReport:
         if preemption:  # the loop stopped inside its last iteration
             epoch, it = preemption.get('epoch', epoch), preemption.get(
                 'iter', it)
+            if status == 'finished':  # ended by a stop signal
+                status = 'preempted'
         report = OrderedDict(
             status=status,
             exception=None if exc is None else dict(

@@ -15,8 +15,8 @@ import torch
 
 from mmsafe.datasets.loader.processes import IgnoreStopSignals
 from mmsafe.engine.monitor_sync import MonitorSync
-from mmsafe.engine.resume_state import (capture_rng, differences,
-                                        restore_rng)
+from mmsafe.engine.resume_state import differences
+from mmsafe.rng import RNGState
 
 
 def _draws():
@@ -30,15 +30,16 @@ def test_random_state_survives_a_weights_only_checkpoint(tmp_path):
     torch.manual_seed(3)
     _draws()
     path = str(tmp_path / 'state.pth')
-    torch.save(dict(rng=capture_rng()), path)
+    torch.save(dict(rng=RNGState().state_dict()), path)
     expected = [_draws() for _ in range(3)]
     _draws()  # move on
-    restore_rng(torch.load(path, weights_only=True)['rng'])
+    RNGState.from_state_dict(
+        torch.load(path, weights_only=True)['rng']).restore()
     assert [_draws() for _ in range(3)] == expected
     if torch.cuda.is_available():
         # MMEngine's resume loads the checkpoint onto the training device
-        restore_rng(torch.load(path, weights_only=True,
-                               map_location='cuda')['rng'])
+        RNGState.from_state_dict(torch.load(
+            path, weights_only=True, map_location='cuda')['rng']).restore()
         assert [_draws() for _ in range(3)] == expected
 
 

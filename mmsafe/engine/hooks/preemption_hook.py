@@ -13,11 +13,11 @@ from mmengine.hooks import Hook
 from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, is_distributed
 from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
-from mmsafe.engine.resume_state import (STATE_KEY, capture_rng, rank_buffers,
-                                        run_fingerprint)
+from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import log, update_counters, write_event
+from mmsafe.rng import RNGState
 
 #: Signals that stop a run by default (those the platform has): Slurm's
 #: preemption and time limit (SIGTERM, or the signal asked for with
@@ -119,7 +119,6 @@ class PreemptionHook(Hook):
         self._decided_at: Optional[int] = None
         self._runner = None
         self._sync = None
-        self._pid = os.getpid()
 
     # -------------------------------------------------------- signals --
     def before_run(self, runner) -> None:
@@ -131,7 +130,6 @@ class PreemptionHook(Hook):
                 'Python delivers signals; stop signals end it as they '
                 'would without mmsafe.', logging.WARNING)
             return
-        self._pid = os.getpid()
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._on_signal)
             _FORK_RESETS.setdefault(sig, self._previous[sig])
@@ -146,13 +144,9 @@ class PreemptionHook(Hook):
         self._previous = {}
 
     def _on_signal(self, signum: int, frame) -> None:
+        # (A process forked from this one gets the previous handlers back:
+        # _reset_in_child.)
         previous = self._previous.get(signal.Signals(signum))
-        if os.getpid() != self._pid:
-            # A process forked from the training process (a metric's
-            # multiprocessing pool, ...) inherited this handler; its
-            # parent's terminate() must end it as before.
-            _as_before(signum, frame, previous)
-            return
         runner = self._runner
         channel = getattr(runner, 'rank_channel', None)
         if channel is not None and channel.peer_failures:
@@ -176,7 +170,12 @@ class PreemptionHook(Hook):
         if not self._received:
             return
         self._announce(runner)
-        if is_distributed() and not self._posted:
+        self._post_request()
+
+    def _post_request(self) -> None:
+        """Under DDP, once: this rank's stop request, for the next
+        monitoring sync."""
+        if self._received and not self._posted and is_distributed():
             self._sync.post(REQUEST, 1.0)
             self._posted = True
 
@@ -207,9 +206,7 @@ class PreemptionHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
         if is_distributed():
-            if self._received and not self._posted:
-                self._sync.post(REQUEST, 1.0)
-                self._posted = True
+            self._post_request()
             if (self._sync.sync(runner) and self._decided_at is None
                     and self._sync.last(REQUEST) > 0):
                 self._decided_at = runner.iter + 1
@@ -235,7 +232,7 @@ class PreemptionHook(Hook):
         mine = dict(rank=get_rank(), iter=done, epoch=runner.epoch,
                     batches_in_epoch=batch_idx + 1 if by_epoch else done,
                     signals=[name for name, _, _ in self._received],
-                    rng=capture_rng(),
+                    rng=RNGState().state_dict(),
                     # rank 0's are the checkpoint's state_dict
                     buffers=rank_buffers(runner.model) if get_rank() else {})
         states = all_gather_object(mine)

@@ -84,10 +84,8 @@ class SafetyReportHook(Hook):
         # Every rank takes part in the gather, whatever its counters.
         states = all_gather_object(SafetyReport.local_state(runner))
         if get_rank() == 0:
-            preempted = runner.message_hub.get_info('mmsafe/preemption')
-            report = self.report.build(
-                runner, 'preempted' if preempted else 'finished', None,
-                states, self._started)
+            report = self.report.build(runner, 'finished', None, states,
+                                       self._started)
             self._write(runner, report, REPORT_FILE)
 
     def report_crash(self, runner, exc: BaseException,
