@@ -1,0 +1,185 @@
+"""mmsafe's own modules import each other without a cycle.
+
+The graph is read from the source (the AST of every file under mmsafe/;
+nothing is imported): every ``import`` and ``from ... import`` statement,
+function-level ones included, relative ones resolved. ``import pkg.mod``
+points at the module ``pkg.mod``; ``from pkg import name`` points at the
+package ``pkg`` (its ``__init__``, which Python runs first), and at the
+module ``pkg.name`` too when ``name`` is one. A cycle, even one that a
+function-level import makes work at run time, ties the modules on it
+together: each import order has to be thought through again when one of
+them changes.
+"""
+import ast
+from pathlib import Path
+from typing import Dict, List, Optional, Set
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = 'mmsafe'
+
+
+def module_files(root: Path = ROOT,
+                 package: str = PACKAGE) -> Dict[str, Path]:
+    """Every module of ``package`` (dotted name -> file); a package is its
+    ``__init__.py``."""
+    modules = {}
+    for path in sorted((root / package).rglob('*.py')):
+        parts = list(path.relative_to(root).with_suffix('').parts)
+        if parts[-1] == '__init__':
+            parts = parts[:-1]
+        modules['.'.join(parts)] = path
+    return modules
+
+
+def _base(module: str, path: Path, level: int,
+          name: Optional[str]) -> Optional[str]:
+    """The dotted name a ``from`` statement imports from."""
+    if level == 0:
+        return name
+    package = module.split('.')
+    if path.name != '__init__.py':
+        package = package[:-1]
+    if level > 1:
+        package = package[:len(package) - (level - 1)]
+    if not package:
+        return None
+    return '.'.join(package + ([name] if name else []))
+
+
+def _owner(dotted: str, modules: Dict[str, Path]) -> Optional[str]:
+    """The longest known module that ``dotted`` names or lies in."""
+    parts = dotted.split('.')
+    while parts:
+        candidate = '.'.join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imports_of(module: str, path: Path,
+               modules: Dict[str, Path]) -> Set[str]:
+    """The modules of ``modules`` that ``module`` (at ``path``) imports."""
+    tree = ast.parse(path.read_text(encoding='utf-8'), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _base(module, path, node.level, node.module)
+            if base is None:
+                continue
+            # ``from pkg import x`` runs pkg's __init__ first; x may be a
+            # module of pkg as well
+            targets = [base] + [
+                f'{base}.{alias.name}' for alias in node.names
+                if f'{base}.{alias.name}' in modules
+            ]
+        else:
+            continue
+        for target in targets:
+            owner = _owner(target, modules)
+            if owner is not None and owner != module:
+                found.add(owner)
+    return found
+
+
+def import_graph(root: Path = ROOT,
+                 package: str = PACKAGE) -> Dict[str, Set[str]]:
+    """``module -> the package's modules it imports``."""
+    modules = module_files(root, package)
+    return {
+        name: imports_of(name, path, modules)
+        for name, path in modules.items()
+    }
+
+
+def strongly_connected(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Tarjan's strongly connected components of ``graph`` with more than
+    one module (iterative: no recursion limit), each sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    components = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return sorted(components)
+
+
+def _describe(component: List[str], graph: Dict[str, Set[str]]) -> str:
+    members = set(component)
+    edges = [
+        f'    {a} -> {b}' for a in component
+        for b in sorted(graph[a] & members)
+    ]
+    return (f'  {len(component)} modules: {", ".join(component)}\n' +
+            '\n'.join(edges))
+
+
+def test_the_graph_is_read_as_documented(tmp_path):
+    pkg = tmp_path / 'pkg'
+    (pkg / 'sub').mkdir(parents=True)
+    (pkg / '__init__.py').write_text('from . import a\n')
+    (pkg / 'a.py').write_text('from .sub import name\n'
+                              'def f():\n    from .sub import b\n')
+    (pkg / 'sub' / '__init__.py').write_text('from ..a import thing\n')
+    (pkg / 'sub' / 'b.py').write_text('import pkg.sub.c.deep\n'
+                                      'from .. import a\nimport os\n')
+    (pkg / 'sub' / 'c.py').write_text('from pkg import x\n')
+    graph = import_graph(tmp_path, 'pkg')
+    assert graph == {
+        'pkg': {'pkg.a'},
+        'pkg.a': {'pkg.sub', 'pkg.sub.b'},
+        'pkg.sub': {'pkg.a'},
+        'pkg.sub.b': {'pkg', 'pkg.a', 'pkg.sub.c'},
+        'pkg.sub.c': {'pkg'},
+    }
+    assert strongly_connected(graph) == [['pkg', 'pkg.a', 'pkg.sub',
+                                          'pkg.sub.b', 'pkg.sub.c']]
+    assert strongly_connected({'x': {'y'}, 'y': set()}) == []
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 50, sorted(graph)
+    cycles = strongly_connected(graph)
+    assert not cycles, (
+        f'{len(cycles)} import cycle(s) among mmsafe\'s modules (each a '
+        'strongly connected component, with its edges):\n' +
+        '\n'.join(_describe(c, graph) for c in cycles))
+
