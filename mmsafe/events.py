@@ -7,7 +7,11 @@ Every guard reports what it did in three places:
   run, each record carries its rank, so ranks never interleave partial
   lines: each write is a single ``write`` of one line in append mode);
 * counters in the runner's message hub under ``mmsafe/<guard>`` so that
-  ``SafetyReportHook`` and the logger can pick them up.
+  ``SafetyReportHook`` and the logger can pick them up;
+* and, for values worth a curve, ``train/*`` scalars in the message hub.
+
+Every event kind, counter key and scalar is declared in
+:mod:`mmsafe.guard_outputs`; these functions refuse one that is not.
 """
 import json
 import logging
@@ -15,6 +19,8 @@ import os
 import os.path as osp
 import time
 from typing import Any, Dict, Optional
+
+from mmsafe.guard_outputs import owner_of
 
 EVENTS_FILE = 'mmsafe_events.jsonl'
 INFO_PREFIX = 'mmsafe/'
@@ -25,11 +31,13 @@ def _rank() -> int:
     return get_rank()
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON can hold it: tensors and numbers as Python
+    numbers, NaN/Inf as strings, anything else as its ``str``."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, 'item') and getattr(value, 'numel', lambda: 2)() == 1:
         value = value.item()
     if isinstance(value, float) and (value != value or value in
@@ -46,15 +54,21 @@ def write_event(work_dir: Optional[str], kind: str, **fields: Any) -> Dict:
     Args:
         work_dir (str, optional): the runner's work dir; nothing is written
             when it is None.
-        kind (str): event type, e.g. ``'nan_skip'``, ``'empty_batch'``.
+        kind (str): event type, one of :class:`mmsafe.guard_outputs.Event`
+            (or declared with :func:`mmsafe.guard_outputs.declare_guard`).
         **fields: JSON-serialisable details (tensors and numbers are
             converted; NaN/Inf become strings).
 
     Returns:
         dict: the record that was written.
+
+    Raises:
+        mmsafe.guard_outputs.UndeclaredOutputError: ``kind`` is not
+            declared.
     """
+    owner_of('events', kind)
     record = dict(time=time.time(), rank=_rank(), kind=kind)
-    record.update(_jsonable(fields))
+    record.update(jsonable(fields))
     if work_dir:
         os.makedirs(work_dir, exist_ok=True)
         line = json.dumps(record, sort_keys=True) + '\n'
@@ -90,13 +104,23 @@ def log_once(key: str, message: str, level: int = logging.WARNING,
 
 
 def update_counters(guard: str, **counts: Any) -> None:
-    """Publish a guard's counters in the message hub as ``mmsafe/<guard>``."""
+    """Publish a guard's counters in the message hub as ``mmsafe/<guard>``
+    (``guard``: one of :class:`mmsafe.guard_outputs.Counter`)."""
+    owner_of('counters', guard)
     from mmengine.logging import MessageHub
     hub = MessageHub.get_current_instance()
     key = INFO_PREFIX + guard
     current = dict(hub.runtime_info.get(key, {}) or {})
-    current.update(_jsonable(counts))
+    current.update(jsonable(counts))
     hub.update_info(key, current)
+
+
+def update_scalar(message_hub, name: str, value: Any) -> None:
+    """Publish the ``train/*`` scalar ``name`` (one of
+    :class:`mmsafe.guard_outputs.Scalar`) in ``message_hub``, where
+    MMEngine's logger and visualizer backends read it."""
+    owner_of('scalars', name)
+    message_hub.update_scalar(name, value)
 
 
 def batch_file_names(data_batch: Any, limit: int = 16) -> list:

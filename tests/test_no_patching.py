@@ -113,12 +113,12 @@ ALLOWED = {
     # The loss-weight probe scales a loss module's numeric ``loss_weight``
     # for one extra forward (RNG and buffers restored) and restores it in a
     # ``finally``: the lint's measurement, not a change of the model.
-    ('mmsafe/engine/analysis/loss_weight_probe.py', 'module.loss_weight'),
+    ('mmsafe/engine/loss_dict_lint/weight_probe.py', 'module.loss_weight'),
     # The probe's fallback points the loop at the rebuilt DataLoader through
     # the loop's two public attributes, before its first batch (invariants
     # in replace_loop_loader's docstring).
-    ('mmsafe/engine/loop_loader.py', 'loop.dataloader'),
-    ('mmsafe/engine/loop_loader.py', 'loop.dataloader_iterator'),
+    ('mmsafe/engine/loops.py', 'loop.dataloader'),
+    ('mmsafe/engine/loops.py', 'loop.dataloader_iterator'),
     # SafeRunner.build_dataloader wraps the worker_init_fn of the DataLoader
     # it has just built, before any iterator exists: the workers then
     # outlive a job-wide stop signal (the wrapper calls the original).

@@ -15,6 +15,7 @@ import pickle
 import zipfile
 from typing import Any, List, Optional, Tuple
 
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log
 from .trust import (UntrustedCheckpointError, explain_refusal,
                     load_checkpoint_file, refused_object)
@@ -115,7 +116,7 @@ def _report_skipped(work_dir: str, skipped: List[Tuple[str, str]],
              f'({problem}). Resuming from {chosen} instead.',
              logging.WARNING)
         if is_main_process():
-            write_event(work_dir, 'resume_skipped_checkpoint',
+            write_event(work_dir, Event.RESUME_SKIPPED_CHECKPOINT,
                         checkpoint=path, problem=problem, chosen=chosen)
 
 
@@ -127,13 +128,13 @@ def record_resume(runner: Any, filename: str) -> None:
     from mmsafe.events import INFO_PREFIX, update_counters, write_event
     # The message hub was just restored from the checkpoint, so the count
     # carries over from earlier resumes of the same run.
-    previous = runner.message_hub.runtime_info.get(INFO_PREFIX + 'resume',
+    previous = runner.message_hub.runtime_info.get(INFO_PREFIX + Counter.RESUME,
                                                    {}) or {}
     count = int(previous.get('count', 0)) + 1
-    update_counters('resume', count=count, last_checkpoint=filename,
+    update_counters(Counter.RESUME, count=count, last_checkpoint=filename,
                     last_iter=runner.iter, last_epoch=runner.epoch)
     if is_main_process():
-        write_event(runner.work_dir, 'resume', checkpoint=filename,
+        write_event(runner.work_dir, Event.RESUME, checkpoint=filename,
                     iter=runner.iter, epoch=runner.epoch, count=count)
     log(f'Resumed from {filename} at epoch {runner.epoch}, iteration '
          f'{runner.iter} (resume #{count} of this run).', logging.INFO)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from mmsafe.compat import native_safe_globals
-from . import weights_unpickler
+from .weights_unpickler import allowlist, pickle_module
 
 TRUSTED_GLOBALS_ENV = 'MMSAFE_TRUSTED_GLOBALS'
 TRUSTED_GLOBALS_CFG_KEY = 'mmsafe_trusted_globals'
@@ -219,8 +219,8 @@ def load_checkpoint_file(f: Any, map_location: Any = None,
         # torch.load takes mmsafe's weights-only unpickler instead.
         return torch.load(
             f, map_location=map_location, mmap=mmap,
-            pickle_module=weights_unpickler.pickle_module(
-                weights_unpickler.allowlist(items)))
+            pickle_module=pickle_module(
+                allowlist(items)))
 
 
 def _cfg_trusted(cfg: Any) -> List[Tuple[Any, str]]:

@@ -10,6 +10,7 @@ import logging
 from typing import List, Sequence, Tuple
 
 from mmsafe.events import log, update_counters
+from mmsafe.guard_outputs import Counter
 
 MISSING_PAIR_POLICIES = ('error', 'skip')
 #: how many missing files an error or log line names
@@ -95,4 +96,4 @@ def handle_missing_pairs(owner: str, missing: List[MissingPair], total: int,
     log(f'{owner}: dropped {count} of {total} samples whose visible/infrared '
         f"partner is missing (on_missing_pair='skip'). First:\n{listing}",
         logging.WARNING)
-    update_counters('pairing', missing_pairs_skipped=count)
+    update_counters(Counter.PAIRING, missing_pairs_skipped=count)

@@ -21,11 +21,23 @@ the loop:
 iteration); :class:`ResumableIterBasedTrainLoop` only adds the generators
 and the report at the end of that replay. Without a plan both loops are
 MMEngine's.
+
+**Another loader for a loop** (:func:`replace_loop_loader`, used by
+:class:`~mmsafe.engine.hooks.DataLoaderProbeHook`): MMEngine's loops read their batches from the ``dataloader`` attribute
+(``EpochBasedTrainLoop``, ``ValLoop``, ``TestLoop``: ``for data_batch in
+self.dataloader``); ``IterBasedTrainLoop`` reads them from its
+``dataloader_iterator`` attribute, an ``_InfiniteDataloaderIterator``
+built on ``dataloader`` in its constructor. Both are plain attributes of
+the loop; :func:`replace_loop_loader` sets them and changes no method.
 """
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 from mmdet.registry import LOOPS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
+from torch.utils.data import DataLoader
+
+from mmsafe.datasets.loader.processes import (shutdown_iterator,
+                                              shutdown_loader)
 
 
 def _pending_plan(runner) -> Optional[Any]:
@@ -62,22 +74,30 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
 
 class _CountingIterator:
     """Hands out the loop's batches during MMEngine's resume replay and
-    finishes the plan after the last replayed batch."""
+    finishes the plan after the last replayed batch.
 
-    def __init__(self, loop: 'ResumableIterBasedTrainLoop', plan: Any,
-                 count: int) -> None:
-        self.loop, self.plan, self.left, self.count = loop, plan, count, count
+    Args:
+        source (callable): returns the loop's current batch iterator (a
+            loader fallback may replace it before the replay starts).
+        plan: the pending :class:`~mmsafe.engine.resume_state.ResumePlan`.
+        count (int): batches to replay.
+        finish (callable): called as ``finish(plan, count)`` after the last
+            replayed batch.
+    """
+
+    def __init__(self, source: Callable[[], Iterator], plan: Any,
+                 count: int, finish: Callable[[Any, int], None]) -> None:
+        self.source, self.plan, self.finish = source, plan, finish
+        self.left = self.count = count
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        batch = next(self.loop._iterator)
+        batch = next(self.source())
         self.left -= 1
         if self.left <= 0:
-            self.loop._replay = None
-            self.plan.finish(self.loop.runner, self.loop.dataloader,
-                             self.count)
+            self.finish(self.plan, self.count)
         return batch
 
 
@@ -112,10 +132,16 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
         if plan is not None:
             plan.batches_in_epoch = self._iter
             if self._iter > 0:
-                self._replay = _CountingIterator(self, plan, self._iter)
+                self._replay = _CountingIterator(lambda: self._iterator, plan,
+                                                 self._iter,
+                                                 self._end_replay)
             else:
                 plan.finish(self.runner, self.dataloader, 0)
         return super().run()
+
+    def _end_replay(self, plan: Any, count: int) -> None:
+        self._replay = None
+        plan.finish(self.runner, self.dataloader, count)
 
     def run_iter(self, data_batch) -> None:
         plan = _pending_plan(self.runner)
@@ -125,3 +151,35 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
                                 'training went on')
             plan.finish(self.runner, self.dataloader, 0)
         super().run_iter(data_batch)
+
+
+def replace_loop_loader(loop: Any, new_loader: DataLoader) -> List[int]:
+    """Make ``loop`` read its batches from ``new_loader``.
+
+    Call it before the loop fetched its first batch (a ``before_train``,
+    ``before_val`` or ``before_test`` hook). Invariants after the call:
+
+    * ``loop.dataloader is new_loader``;
+    * for a loop with a ``dataloader_iterator`` (``IterBasedTrainLoop``),
+      that iterator is a new one of the same type on ``new_loader``, at the
+      start of its first round, as the loop's constructor leaves it;
+    * the old loader's worker processes (its persistent iterator, and the
+      iterator that ``IterBasedTrainLoop`` started in its constructor) are
+      shut down.
+
+    Args:
+        loop: an MMEngine train, val or test loop.
+        new_loader (DataLoader): the loader to read from; it should share
+            the old loader's sampler so that the sample order is kept
+            (:func:`mmsafe.datasets.loader.rebuild_loader` does).
+
+    Returns:
+        list[int]: pids of old worker processes that could not be stopped.
+    """
+    alive = shutdown_loader(loop.dataloader)
+    loop.dataloader = new_loader
+    infinite = getattr(loop, 'dataloader_iterator', None)
+    if infinite is not None:
+        alive += shutdown_iterator(getattr(infinite, '_iterator', None))
+        loop.dataloader_iterator = type(infinite)(new_loader)
+    return alive

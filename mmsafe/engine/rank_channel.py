@@ -43,6 +43,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from mmsafe.guard_outputs import owner_of
 from mmsafe.compat import default_store_address
 from mmsafe.events import log
 
@@ -81,12 +82,18 @@ def share_finding(kind: str, message: str, level: int = logging.WARNING,
     one costs a handful of store writes, not one per iteration.
 
     Args:
-        kind (str): what was found (e.g. ``'macl_missing'``).
+        kind (str): what was found, one of
+            :class:`mmsafe.guard_outputs.Finding` (e.g. ``'macl_missing'``).
         message (str): the finding, as logged on this rank.
         level (int): the logging level on rank 0.
         iteration (int, optional): the training iteration (1-based).
         **fields: JSON-serialisable details for the record.
+
+    Raises:
+        mmsafe.guard_outputs.UndeclaredOutputError: ``kind`` is not
+            declared.
     """
+    owner_of('findings', kind)
     channel = active_channel()
     if channel is not None:
         channel.share(kind, message, level, iteration, **fields)

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -238,12 +239,12 @@ class ResumePlan:
                if replayed else '')
         log(f'resumed from {self.checkpoint} at {where}{how}: {verdict}.',
             level)
-        update_counters('resume_continuation', checkpoint=self.checkpoint,
+        update_counters(Counter.RESUME_CONTINUATION, checkpoint=self.checkpoint,
                         epoch=self.epoch, iter=self.iter,
                         batches_in_epoch=self.batches_in_epoch,
                         exact=self.exact, reasons=list(self.reasons))
         if is_main_process():
-            write_event(runner.work_dir, 'resume_continuation',
+            write_event(runner.work_dir, Event.RESUME_CONTINUATION,
                         checkpoint=self.checkpoint, epoch=self.epoch,
                         iter=self.iter,
                         batches_in_epoch=self.batches_in_epoch,

@@ -279,7 +279,7 @@ def test_replace_loop_loader_keeps_the_loop_invariants():
     from torch.utils.data import DataLoader
 
     from mmsafe.datasets.loader import rebuild_loader
-    from mmsafe.engine.loop_loader import replace_loop_loader
+    from mmsafe.engine.loops import replace_loop_loader
 
     old = DataLoader(list(range(6)), batch_size=2, num_workers=1,
                      persistent_workers=True,

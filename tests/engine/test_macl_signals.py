@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from mmsafe.engine.analysis.macl_signals import (HeadReach, LossLiveness,
+from mmsafe.engine.macl_check.signals import (HeadReach, LossLiveness,
                                                  WindowMean, chance_ratio,
                                                  describe, find_macl_head)
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmsafe.engine.analysis.ddp_errors import (ddp_error_kind,
+from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
                                                names_for_indices,
                                                parameter_indices,
                                                reducer_parameter_names)
-from mmsafe.engine.analysis.loss_terms import (LossTermWatch,
+from mmsafe.engine.rank_fault.loss_terms import (LossTermWatch,
                                                group_by_module,
                                                reached_parameters)
 from tests.engine.check_toys_cfg import toy_config

@@ -19,8 +19,9 @@ from mmsafe.datasets.loader import (DEFAULT_PREFETCH, PICKLING_START_METHODS,
                                     workers_that_fit)
 from mmsafe.datasets.walk import is_paired_dataset
 from mmsafe.dist import get_rank
-from mmsafe.engine.loop_loader import replace_loop_loader
+from mmsafe.engine.loops import replace_loop_loader
 from mmsafe.engine.rank_channel import share_finding
+from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
 
@@ -159,7 +160,7 @@ class DataLoaderProbeHook(Hook):
                 return
             log(f'DataLoaderProbeHook: the {name} loader was not probed '
                 f'({found.cause}); keeping {settings}.', logging.WARNING)
-            write_event(runner.work_dir, 'dataloader_probe', loader=name,
+            write_event(runner.work_dir, Event.DATALOADER_PROBE, loader=name,
                         result='not_probed', reason=found.cause)
             self._publish(name, 'not_probed', 0.0, None)
         else:
@@ -173,7 +174,7 @@ class DataLoaderProbeHook(Hook):
             f'first batches in {found.seconds:.1f} s, about '
             f'{found.batch_bytes / 2**20:.1f} MiB per batch, '
             f'{inflight / 2**20:.1f} MiB in flight on this machine.')
-        write_event(runner.work_dir, 'dataloader_probe', loader=name,
+        write_event(runner.work_dir, Event.DATALOADER_PROBE, loader=name,
                     result='pass', seconds=round(found.seconds, 3),
                     batch_bytes=found.batch_bytes, inflight_bytes=inflight,
                     workers=loader.num_workers,
@@ -201,10 +202,10 @@ class DataLoaderProbeHook(Hook):
             f'{key}.num_workers=0 {key}.persistent_workers=False); to turn '
             "the probe off: custom_hooks = [dict(type='DataLoaderProbeHook', "
             "policy='off')].\n" + '!' * 72, logging.WARNING)
-        write_event(runner.work_dir, 'dataloader_fallback', loader=name,
+        write_event(runner.work_dir, Event.DATALOADER_FALLBACK, loader=name,
                     cause=cause, seconds=round(seconds, 3),
                     settings=settings, leaked_workers=len(alive))
-        share_finding('dataloader_fallback',
+        share_finding(Finding.DATALOADER_FALLBACK,
                       f'rank {get_rank()}: DataLoaderProbeHook fell back to '
                       f'num_workers=0 for the {name} loader ({settings}). '
                       f'Cause: {cause}.', logging.WARNING)
@@ -216,7 +217,7 @@ class DataLoaderProbeHook(Hook):
         self._counts['leaked_workers'] += len(alive)
         log(f'DataLoaderProbeHook: worker processes {alive} of the {name} '
             'loader are still alive after being killed.', logging.ERROR)
-        write_event(runner.work_dir, 'dataloader_leak', loader=name,
+        write_event(runner.work_dir, Event.DATALOADER_LEAK, loader=name,
                     pids=list(alive))
 
     def _check_memory(self, runner, name, loop, loader: DataLoader,
@@ -237,7 +238,7 @@ class DataLoaderProbeHook(Hook):
             f'first batch), over the budget of {budget / 2**20:.1f} MiB. '
             f'{fits} worker(s) would fit: {key} = dict(num_workers={fits}) '
             '(or a smaller prefetch_factor).')
-        write_event(runner.work_dir, 'dataloader_memory', loader=name,
+        write_event(runner.work_dir, Event.DATALOADER_MEMORY, loader=name,
                     inflight_bytes=inflight, budget_bytes=budget,
                     workers=loader.num_workers, workers_that_fit=fits)
         if not self.cap_workers or fits >= loader.num_workers:
@@ -250,7 +251,7 @@ class DataLoaderProbeHook(Hook):
         self._counts['capped'] += 1
         log(message + f' Capped to {fits} worker(s) (cap_workers=True).',
             logging.WARNING)
-        update_counters('dataloader_probe', **{f'{name}_workers': fits})
+        update_counters(Counter.DATALOADER_PROBE, **{f'{name}_workers': fits})
 
     def _publish(self, name: str, result: str, seconds: float,
                  inflight: Optional[int]) -> None:
@@ -259,4 +260,4 @@ class DataLoaderProbeHook(Hook):
         fields[f'{name}_probe_s'] = round(seconds, 3)
         if inflight is not None:
             fields[f'{name}_inflight_mb'] = round(inflight / 2**20, 2)
-        update_counters('dataloader_probe', **fields)
+        update_counters(Counter.DATALOADER_PROBE, **fields)

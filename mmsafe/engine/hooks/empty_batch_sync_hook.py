@@ -11,10 +11,14 @@ from mmsafe.dist import (all_reduce_sum, get_rank,
                          get_world_size, is_distributed)
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.rank_channel import share_finding
+from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
-EMPTY_BATCH = 'empty_batch'
+# The monitor-sync name of this hook, and the skip reason it gives the
+# optimizer wrapper.
+EMPTY_BATCH = Event.EMPTY_BATCH
 
 
 def _num_instances(sample: Any) -> Optional[int]:
@@ -147,9 +151,9 @@ class EmptyBatchSyncHook(Hook):
                        'instance; it trains on background, its loss kept '
                        f'connected to every parameter. files={self._files}')
             log(message, logging.INFO)
-            share_finding(EMPTY_BATCH, message, logging.INFO,
+            share_finding(Finding.EMPTY_BATCH, message, logging.INFO,
                           runner.iter + 1)
-            write_event(runner.work_dir, 'empty_batch', iter=runner.iter,
+            write_event(runner.work_dir, Event.EMPTY_BATCH, iter=runner.iter,
                         files=self._files)
         self._sync.post(EMPTY_BATCH, 1.0 if empty else 0.0)
         if self.skip_all_empty:
@@ -175,7 +179,7 @@ class EmptyBatchSyncHook(Hook):
                     'trained on background. Files per rank: '
                     'mmsafe_events.jsonl (kind=empty_batch).',
                     logging.INFO)
-        update_counters('empty_batch', **self.counters)
+        update_counters(Counter.EMPTY_BATCH, **self.counters)
 
     # ------------------------------------------------------------------ #
     def _connect_losses(self, module: nn.Module, args: Sequence,
@@ -196,11 +200,11 @@ class EmptyBatchSyncHook(Hook):
         zero = torch.stack([p.sum().float() for p in params]).sum() * 0.0
         for key in sorted(self._loss_keys - set(losses)):
             losses[key] = zero
-        loss_keys = [k for k in sorted(losses) if 'loss' in k]
-        for key in loss_keys:
+        summed = loss_keys(losses)
+        for key in summed:
             losses[key] = _connect(losses[key], zero)
-        if loss_keys:
-            first = loss_keys[0]
+        if summed:
+            first = summed[0]
             value = losses[first]
             if isinstance(value, torch.Tensor):
                 losses[first] = value + zero

@@ -9,6 +9,7 @@ from mmdet.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, log_once, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
@@ -175,7 +176,7 @@ class EvalCoverageHook(Hook):
             log(f'{stage}: {name} evaluated {scored} samples on '
                 f'{ranks_with_data} ranks (dataset: {dataset_size} samples, '
                 f'world size {world_size}, processed per rank: {processed})')
-            write_event(runner.work_dir, 'eval_coverage', stage=stage,
+            write_event(runner.work_dir, Event.EVAL_COVERAGE, stage=stage,
                         metric=name, scored=scored,
                         dataset_size=dataset_size, processed=processed,
                         held=held, iter=train_progress(runner)[1])
@@ -192,13 +193,13 @@ class EvalCoverageHook(Hook):
                        'a different number of samples than the dataset '
                        'holds: check that evaluate() drops the sampler\'s '
                        'padding (collect_results(results, size))'))
-        update_counters('eval_coverage', evaluations=self.num_evaluations,
+        update_counters(Counter.EVAL_COVERAGE, evaluations=self.num_evaluations,
                         errors=self.num_errors + len(problems),
                         identical=self.num_identical)
         if problems:
             self.num_errors += len(problems)
             message = 'EvalCoverageHook: ' + ' | '.join(problems)
-            write_event(runner.work_dir, 'eval_coverage_error',
+            write_event(runner.work_dir, Event.EVAL_COVERAGE_ERROR,
                         stage=stage, problems=problems,
                         iter=train_progress(runner)[1])
             if self.policy == 'raise':
@@ -228,8 +229,8 @@ class EvalCoverageHook(Hook):
             return
         self.num_identical += 1
         epoch, it, _ = train_progress(runner)
-        update_counters('eval_coverage', identical=self.num_identical)
-        write_event(runner.work_dir, 'eval_identical', metrics=scalars,
+        update_counters(Counter.EVAL_COVERAGE, identical=self.num_identical)
+        write_event(runner.work_dir, Event.EVAL_IDENTICAL, metrics=scalars,
                     iter=it, epoch=epoch)
         log(f'EvalCoverageHook: all {len(scalars)} metrics equal the '
             f'previous validation\'s exactly ({scalars}) at epoch '

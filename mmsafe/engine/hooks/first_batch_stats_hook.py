@@ -4,7 +4,7 @@ Unit and normalisation faults (a modality that is all zeros, the visible
 image loaded twice, BGR fed to an RGB-pretrained backbone) do not raise;
 the statistics of the first batches, taken at the output of the data
 preprocessor, show them before the first log interval. The computations
-live in :mod:`mmsafe.engine.first_batch`; this hook collects the batches
+live in :mod:`mmsafe.engine.first_batch_stats`; this hook collects the batches
 and reports.
 """
 import logging
@@ -14,9 +14,10 @@ import torch
 from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
-from mmsafe.engine.first_batch import (PairAlignment, analyse_batch,
+from mmsafe.engine.first_batch_stats import (PairAlignment, analyse_batch,
                                        visualize_pairs)
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event
 
 
@@ -29,7 +30,7 @@ class FirstBatchStatsHook(Hook):
     (``visible`` / ``infrared``; ``img`` for a single-modality model), the
     value range, mean and std over the valid (unpadded) pixels, the
     per-channel means, the image sizes and the boxes per image. It flags
-    (see :mod:`mmsafe.engine.first_batch.stats`):
+    (see :mod:`mmsafe.engine.first_batch_stats.stats`):
 
     * ``all_zero`` and ``constant``: a modality that is all zeros, or
       constant in an image, after preprocessing;
@@ -227,7 +228,7 @@ class FirstBatchStatsHook(Hook):
         log('\n'.join(lines))
         record = {k: v for k, v in captured.items()
                   if k not in ('out', 'samples')}
-        write_event(runner.work_dir, 'first_batch_stats', iter=it,
+        write_event(runner.work_dir, Event.FIRST_BATCH_STATS, iter=it,
                     batch=self._seen, **record)
         self.stats.append(record)
         self._emit_flags(runner, captured['flags'])
@@ -248,11 +249,11 @@ class FirstBatchStatsHook(Hook):
                 logging.WARNING)
             fields = dict(flag)
             fields['flag'] = fields.pop('kind')
-            write_event(runner.work_dir, 'first_batch_flag',
+            write_event(runner.work_dir, Event.FIRST_BATCH_FLAG,
                         iter=runner.iter + 1, **fields)
         self.flags += flags
         if flags or self.stats:
-            update_counters('first_batch_stats', batches=self._seen,
+            update_counters(Counter.FIRST_BATCH_STATS, batches=self._seen,
                             flags=len(self.flags),
                             flag_kinds=sorted({f['kind']
                                                for f in self.flags}))

@@ -6,10 +6,10 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.engine.watchdog import (ABORT_EXIT_CODE, HangReporter, Heartbeat,
+from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter, Heartbeat,
                                     WatchdogThread)
-from mmsafe.engine.watchdog import heartbeat as ph
-from mmsafe.engine.watchdog.marks import PhaseMarks
+from mmsafe.engine.hang_watchdog import heartbeat as ph
+from mmsafe.engine.hang_watchdog.marks import PhaseMarks
 
 
 @HOOKS.register_module()

@@ -8,11 +8,12 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 
 from mmsafe.dist import get_rank
-from mmsafe.engine.analysis.loss_dict import lint_loss_dict
-from mmsafe.engine.analysis.loss_weight_probe import probe_loss_weights
+from mmsafe.engine.loss_dict_lint.lint import lint_loss_dict
+from mmsafe.engine.loss_dict_lint.weight_probe import probe_loss_weights
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import log, update_counters, write_event
 
 _FINDINGS = 'loss_dict_lint/findings'
@@ -145,9 +146,9 @@ class LossDictLintHook(Hook):
         findings = list(dict.fromkeys(findings))
         self.last_findings = findings
         self._sync.post(_FINDINGS, float(len(findings)))
-        update_counters('loss_dict_lint', findings=len(findings),
+        update_counters(Counter.LOSS_DICT_LINT, findings=len(findings),
                         keys=self._keys)
-        write_event(runner.work_dir, 'loss_dict_lint', findings=findings,
+        write_event(runner.work_dir, Event.LOSS_DICT_LINT, findings=findings,
                     keys=self._keys, weight_probe_s=round(probe_s, 3))
         if not findings:
             log(f'LossDictLintHook: loss dict {self._keys} is clean '
@@ -159,7 +160,7 @@ class LossDictLintHook(Hook):
                    f'{len(findings)} problem(s) in the loss dict '
                    f'{self._keys}:\n  - ' + '\n  - '.join(findings))
         log(message, logging.ERROR)
-        share_finding('loss_dict_lint', message, logging.ERROR,
+        share_finding(Finding.LOSS_DICT_LINT, message, logging.ERROR,
                       runner.iter + 1)
 
     def _decide(self, runner) -> None:

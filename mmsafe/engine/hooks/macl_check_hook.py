@@ -7,13 +7,14 @@ from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
 from mmsafe.dist import get_world_size
-from mmsafe.engine.analysis.macl_signals import (PROBLEMS, HeadReach,
+from mmsafe.engine.macl_check.signals import (PROBLEMS, HeadReach,
                                                  LossLiveness, WindowMean,
                                                  chance_ratio, find_macl_head)
-from mmsafe.engine.analysis.macl_verdicts import MACLVerdicts
+from mmsafe.engine.macl_check.verdicts import MACLVerdicts
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.events import batch_file_names, log_once
+from mmsafe.events import batch_file_names, log_once, update_scalar
+from mmsafe.guard_outputs import Scalar
 
 _POLICIES = ('warn', 'raise')
 _PREFIX = 'macl_check/'
@@ -196,7 +197,8 @@ class MACLCheckHook(Hook):
             num = len(data_batch.get('data_samples') or [])
         ratio = chance_ratio(value, num, weight)
         if ratio is not None:
-            runner.message_hub.update_scalar('train/macl_chance_ratio', ratio)
+            update_scalar(runner.message_hub, Scalar.MACL_CHANCE_RATIO,
+                          ratio)
         return ratio
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,

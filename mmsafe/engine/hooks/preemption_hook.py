@@ -16,6 +16,7 @@ from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -274,9 +275,9 @@ class PreemptionHook(Hook):
                        checkpoint=path, signals=signals,
                        ranks_signalled=received, save_s=seconds,
                        signal_to_save_s=waited, exit_code=self.exit_code)
-        update_counters('preemption', **details)
+        update_counters(Counter.PREEMPTION, **details)
         if get_rank() == 0:
-            write_event(runner.work_dir, 'preempted', **details)
+            write_event(runner.work_dir, Event.PREEMPTED, **details)
         self._announce(runner)
         log(f'{reason}; checkpoint {path} saved in {seconds:g} s '
             f'({waited if waited is not None else "?"} s after the signal). '

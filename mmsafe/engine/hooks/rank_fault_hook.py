@@ -8,17 +8,17 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 from mmsafe.compat import ddp_reduction_check
 from mmsafe.dist import get_rank, get_world_size, is_distributed
-from mmsafe.engine.analysis.ddp_errors import (ddp_error_kind,
+from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
                                                names_for_indices,
                                                parameter_indices)
-from mmsafe.engine.analysis.loss_terms import LossTermWatch, group_by_module
+from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
 
 _POLICIES = ('warn', 'raise')
-EVENT = 'rank_fault_loss_terms'
 
 _FIX = (
     'Every rank must return every loss term, connected to the same '
@@ -149,7 +149,7 @@ class RankFaultHook(Hook):
             self._reduction_check()
         if self.watch.faulty:
             self.counters['faulty_iters'] += 1
-        update_counters('rank_faults', **self.counters)
+        update_counters(Counter.RANK_FAULTS, **self.counters)
 
     def after_train(self, runner) -> None:
         if self._handle is not None:
@@ -190,7 +190,7 @@ class RankFaultHook(Hook):
         if count > 8 and count & (count - 1):
             return  # a flapping loss dict: reported at powers of two
         files = self._files() if not change['restored'] else []
-        write_event(self._work_dir, EVENT, **change, files=files)
+        write_event(self._work_dir, Event.RANK_FAULT_LOSS_TERMS, **change, files=files)
         if change['restored']:
             message = (f'rank {rank}, iteration {it}: the loss dict is back '
                        f'to its usual terms ({_join(change["keys"])}).')
@@ -203,7 +203,7 @@ class RankFaultHook(Hook):
         if count > 1:
             message += f' [change {count} of the loss dict on this rank]'
         log(message, level)
-        share_finding(EVENT, message, level, it)
+        share_finding(Finding.RANK_FAULT_LOSS_TERMS, message, level, it)
         if self.policy == 'raise' and (change['missing']
                                        or change['detached']):
             raise RuntimeError(f'[mmsafe] {message}\nSet RankFaultHook '

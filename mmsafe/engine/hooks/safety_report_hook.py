@@ -1,18 +1,22 @@
-"""One place to look after a run: ``{work_dir}/safety_report.json``."""
+"""One place to look after a run: ``{work_dir}/safety_report.json``
+(:class:`SafetyReportHook`) and what it holds (:class:`SafetyReport`)."""
 import json
 import logging
 import os.path as osp
 import time
-from typing import Any, Dict, Optional, Sequence, Tuple
+import traceback
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
 
 from mmsafe.checkpoint import atomic_write
-from mmsafe.dist import all_gather_object, get_rank
-from mmsafe.engine.safety_report import SafetyReport
-from mmsafe.events import log
+from mmsafe.dist import all_gather_object, get_rank, get_world_size
+from mmsafe.engine.utils import train_progress
+from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
+from mmsafe.guard_outputs import SECTION_ORDER, Counter, Section, section_of
 
 REPORT_FILE = 'safety_report.json'
 
@@ -30,11 +34,13 @@ class SafetyReportHook(Hook):
     * every record of ``{work_dir}/mmsafe_events.jsonl`` (all ranks and all
       earlier attempts of the run, e.g. before a resume).
 
-    Both are grouped into sections (skipped steps by cause, empty batches,
-    loader fallbacks, watchdog events, MACL check, evaluation coverage,
-    resumes) by substrings of the event kind or guard name
-    (``sections``); what matches none lands in ``other``. The raw counters
-    and event counts are kept in the report as well.
+    Both are grouped into sections (rank faults, skipped steps by cause,
+    empty batches, loader fallbacks, watchdog events, MACL check,
+    evaluation coverage, preemption, resumes): each event kind and counter
+    key goes to the section its guard declares in
+    :data:`mmsafe.guard_outputs.GUARD_OUTPUTS`; guards without a section of
+    their own, and names no guard declares, land in ``other``. The raw
+    counters and event counts are kept in the report as well.
 
     When it runs:
 
@@ -59,9 +65,9 @@ class SafetyReportHook(Hook):
       what happened.
 
     Args:
-        sections (Sequence[tuple], optional): ``(section, substrings)``
-            pairs replacing
-            :data:`mmsafe.engine.safety_report.DEFAULT_SECTIONS`.
+        sections (Sequence[tuple], optional): ``(section, guards)`` pairs
+            that move the outputs of the named guards to ``section`` (see
+            :class:`SafetyReport`).
         max_causes (int): causes listed per section in the log table.
     """
 
@@ -125,3 +131,201 @@ class SafetyReportHook(Hook):
         level = dict(finished=logging.INFO, preempted=logging.WARNING).get(
             report['status'], logging.ERROR)
         log(self.report.table(report, path), level)
+
+
+class SafetyReport:
+    """Builds the report of a run from the events file and the counters of
+    every rank, grouped into sections: an event kind or counter key goes to
+    the section of the guard that declares it
+    (:data:`mmsafe.guard_outputs.GUARD_OUTPUTS`).
+
+    Args:
+        sections (Sequence[tuple], optional): ``(section, guards)`` pairs
+            that move the outputs of the named guards (the ``guard`` of
+            their :class:`~mmsafe.guard_outputs.GuardOutputs`, e.g.
+            ``'ScalarBandsHook'``) to ``section``, a new one or one of
+            :data:`~mmsafe.guard_outputs.SECTION_ORDER`.
+        max_causes (int): causes listed per section in the log table.
+    """
+
+    def __init__(self,
+                 sections: Optional[Sequence[Tuple[str, Sequence[str]]]] = None,
+                 max_causes: int = 4) -> None:
+        self.sections = tuple(
+            (name, tuple(guards)) for name, guards in (sections or ()))
+        self._moved = {guard: name for name, guards in self.sections
+                       for guard in guards}
+        self.max_causes = max_causes
+
+    @staticmethod
+    def local_state(runner) -> Dict[str, Any]:
+        """This rank's ``mmsafe/*`` counters from the message hub."""
+        info = runner.message_hub.runtime_info
+        counters = {
+            key[len(INFO_PREFIX):]: jsonable(value)
+            for key, value in info.items() if key.startswith(INFO_PREFIX)
+        }
+        return dict(rank=get_rank(), counters=counters)
+
+    def section_of(self, name: str) -> str:
+        """The section of an event kind or counter key."""
+        return section_of(name, self._moved)
+
+    def build(self, runner, status: str, exc: Optional[BaseException],
+              states: List[Dict[str, Any]],
+              started: float,
+              root_cause: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The report: status (a ``'finished'`` run that a stop signal
+        ended reads ``'preempted'``), exception, root cause, progress,
+        sections, counters."""
+        events = _read_events(runner.work_dir)
+        names = list(SECTION_ORDER) + [
+            n for n, _ in self.sections
+            if n not in SECTION_ORDER and n != Section.OTHER]
+        summary: Dict[str, Dict[str, Any]] = OrderedDict(
+            (name, dict(events=0, iterations=0, by_cause={}, counters={},
+                        last=None)) for name in names + [Section.OTHER])
+        seen_iters: Dict[str, set] = {}
+        seen_causes: Dict[str, set] = {}
+        by_kind: Dict[str, int] = {}
+        for record in events:
+            kind = str(record.get('kind', 'unknown'))
+            by_kind[kind] = by_kind.get(kind, 0) + 1
+            section = summary[self.section_of(kind)]
+            section['events'] += 1
+            section['last'] = record
+            it = record.get('iter')
+            name = self.section_of(kind)
+            if it is not None:
+                seen_iters.setdefault(name, set()).add(it)
+            # One cause per (iteration, cause): ranks that report the same
+            # collective decision count once.
+            for cause in _causes(record):
+                key = (it, cause) if it is not None else (id(record), cause)
+                if key in seen_causes.setdefault(name, set()):
+                    continue
+                seen_causes[name].add(key)
+                section['by_cause'][cause] = \
+                    section['by_cause'].get(cause, 0) + 1
+        for name, iters in seen_iters.items():
+            summary[name]['iterations'] = len(iters)
+        counters: Dict[str, Dict[str, Any]] = {}
+        for state in states:
+            for guard, values in state['counters'].items():
+                counters.setdefault(guard, {})[str(state['rank'])] = values
+        for guard, per_rank in counters.items():
+            summary[self.section_of(guard)]['counters'][guard] = per_rank
+        # completed iterations (the hub's 'iter' is the current index)
+        epoch, it, max_iters = train_progress(runner)
+        preemption = runner.message_hub.get_info(INFO_PREFIX +
+                                                  Counter.PREEMPTION)
+        if preemption:  # the loop stopped inside its last iteration
+            epoch, it = preemption.get('epoch', epoch), preemption.get(
+                'iter', it)
+            if status == 'finished':  # ended by a stop signal
+                status = 'preempted'
+        report = OrderedDict(
+            status=status,
+            exception=None if exc is None else dict(
+                type=type(exc).__name__,
+                message=str(exc),
+                traceback=traceback.format_exception(
+                    type(exc), exc, exc.__traceback__)[-12:]),
+            root_cause=root_cause,
+            preemption=preemption,
+            epoch=epoch,
+            iter=it,
+            max_iters=max_iters,
+            world_size=get_world_size(),
+            ranks_reported=[state['rank'] for state in states],
+            work_dir=runner.work_dir,
+            started=started,
+            ended=time.time(),
+            duration_s=round(time.time() - started, 3),
+            summary=summary,
+            counters=counters,
+            events=dict(file=osp.join(runner.work_dir, EVENTS_FILE),
+                        total=len(events), by_kind=by_kind),
+        )
+        return jsonable(report)
+
+    def table(self, report: Dict[str, Any], path: str) -> str:
+        """The log table of ``report`` (written to ``path``)."""
+        where = (f"epoch {report['epoch']}, iteration {report['iter']}"
+                 f"/{report['max_iters']}")
+        head = (f"Safety report: {report['status']} at {where} "
+                f"({len(report['ranks_reported'])} of "
+                f"{report['world_size']} ranks reported) -> {path}")
+        lines = [head]
+        if report['exception']:
+            exc = report['exception']
+            lines.append(f"  exception        : {exc['type']}: "
+                         f"{exc['message'][:300]}")
+        root = report.get('root_cause')
+        if root and root.get('rank') is not None:
+            where = (f", iteration {root['iter']}"
+                     if root.get('iter') is not None else '')
+            lines.append(f"  root cause       : rank {root['rank']}{where}: "
+                         f"{root.get('type')}")
+        for name, section in report['summary'].items():
+            if name == Section.OTHER and not section['events'] and \
+                    not section['counters']:
+                continue
+            lines.append(f'  {name:<17}: {self._describe(section)}')
+        return '\n'.join(lines)
+
+    def _describe(self, section: Dict[str, Any]) -> str:
+        parts = []
+        if section['events']:
+            text = f"{section['events']} events"
+            if section['iterations']:
+                text += f" at {section['iterations']} iterations"
+            causes = sorted(section['by_cause'].items(),
+                            key=lambda kv: -kv[1])[:self.max_causes]
+            if causes:
+                text += ' (' + ', '.join(f'{c}: {n}' for c, n in causes) + ')'
+            parts.append(text)
+        for guard, per_rank in section['counters'].items():
+            values = list(per_rank.values())
+            if all(v == values[0] for v in values):
+                parts.append(f'{guard}[{_short(values[0])}]')
+            else:
+                parts.append(f'{guard}[' + ' | '.join(
+                    f'rank{r}: {_short(v)}' for r, v in per_rank.items()) +
+                             '] (differs across ranks)')
+        return '; '.join(parts) if parts else 'none'
+
+
+
+def _short(values: Any, limit: int = 6) -> str:
+    if isinstance(values, dict):
+        return ', '.join(f'{k}={v}' for k, v in list(values.items())[:limit])
+    return str(values)
+
+
+def _read_events(work_dir: Optional[str]) -> List[Dict[str, Any]]:
+    """Records of the events file; a line cut short by a killed writer is
+    skipped rather than failing the report."""
+    path = osp.join(work_dir or '', EVENTS_FILE)
+    if not work_dir or not osp.exists(path):
+        return []
+    records = []
+    with open(path, encoding='utf-8') as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def _causes(record: Dict[str, Any]) -> List[str]:
+    for field in ('reasons', 'cause', 'reason', 'status'):
+        value = record.get(field)
+        if isinstance(value, list) and value:
+            return [str(v) for v in value]
+        if value not in (None, '', []):
+            return [str(value)]
+    return [str(record.get('kind', 'unknown'))]

@@ -1,5 +1,8 @@
-"""Expected bands for logged scalars: warn, or stop the run cleanly."""
+"""Expected bands for logged scalars (:class:`Band`): warn, or stop the run
+cleanly (:class:`ScalarBandsHook`)."""
+import fnmatch
 import logging
+import math
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
@@ -11,11 +14,98 @@ from mmsafe.dist import (all_gather_object, all_reduce_sum,
                          get_rank)
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.runner import StopTraining
-from mmsafe.engine.scalar_band import Band
 from mmsafe.engine.utils import train_progress
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event
 
 STOP_VOTE = 'scalar_bands/stop'
+
+ACTIONS = ('warn', 'stop')
+_STAGE_PREFIXES = ('train/', 'val/', 'test/')
+
+
+class Band:
+    """One expected band: which scalars, which range, what to do.
+
+    Args:
+        key (str): Scalar name or ``fnmatch`` pattern, matched against the
+            message hub name with and without its stage prefix
+            (``'grad_norm'`` matches ``'train/grad_norm'``;
+            ``'pascal_voc/mAP'`` matches ``'val/pascal_voc/mAP'``;
+            ``'loss*'`` matches every loss).
+        min (float, optional): Lowest allowed value.
+        max (float, optional): Highest allowed value.
+        finite (bool): The value must be finite. A non-finite value also
+            violates any ``min``/``max``. Defaults to False.
+        after_iter (int): Active from training iteration ``after_iter + 1``
+            (1-based, as in the log). Defaults to 0.
+        after_epoch (int): Active once ``after_epoch`` epochs are complete.
+            Defaults to 0.
+        action (str): ``'warn'`` or ``'stop'``. Defaults to ``'warn'``.
+        patience (int): Consecutive violating values before acting.
+            Defaults to 1.
+    """
+
+    def __init__(self,
+                 key: str,
+                 min: Optional[float] = None,  # noqa: A002 (config name)
+                 max: Optional[float] = None,  # noqa: A002
+                 finite: bool = False,
+                 after_iter: int = 0,
+                 after_epoch: int = 0,
+                 action: str = 'warn',
+                 patience: int = 1) -> None:
+        if action not in ACTIONS:
+            raise ValueError(f'band {key!r}: action must be one of '
+                             f'{ACTIONS}, got {action!r}')
+        if min is None and max is None and not finite:
+            raise ValueError(f'band {key!r} sets none of min, max, finite')
+        if patience < 1:
+            raise ValueError(f'band {key!r}: patience must be >= 1')
+        self.key = key
+        self.min = min
+        self.max = max
+        self.finite = finite
+        self.after_iter = after_iter
+        self.after_epoch = after_epoch
+        self.action = action
+        self.patience = patience
+
+    def matches(self, name: str) -> bool:
+        short = name
+        for prefix in _STAGE_PREFIXES:
+            if name.startswith(prefix):
+                short = name[len(prefix):]
+                break
+        return (fnmatch.fnmatchcase(name, self.key)
+                or fnmatch.fnmatchcase(short, self.key))
+
+    def active(self, iteration: int, epoch: int) -> bool:
+        """``iteration``: 1-based count of finished iterations; ``epoch``:
+        finished epochs."""
+        return iteration > self.after_iter and epoch >= self.after_epoch
+
+    def violation(self, value: float) -> Optional[str]:
+        """Why ``value`` is outside the band, or None."""
+        if not math.isfinite(value):
+            if self.finite or self.min is not None or self.max is not None:
+                return 'is not finite'
+            return None
+        if self.min is not None and value < self.min:
+            return f'is below min={self.min}'
+        if self.max is not None and value > self.max:
+            return f'is above max={self.max}'
+        return None
+
+    def describe(self) -> str:
+        parts = []
+        if self.min is not None:
+            parts.append(f'min={self.min}')
+        if self.max is not None:
+            parts.append(f'max={self.max}')
+        if self.finite:
+            parts.append('finite')
+        return f"{self.key} [{', '.join(parts)}]"
 
 
 @HOOKS.register_module()
@@ -99,7 +189,7 @@ class ScalarBandsHook(Hook):
                           f'{band.describe()} for {streak} consecutive '
                           f'{stage} values (iteration {iteration}, '
                           f'epoch {epoch}, rank {get_rank()})')
-                write_event(runner.work_dir, 'band_violation', key=name,
+                write_event(runner.work_dir, Event.BAND_VIOLATION, key=name,
                             value=value, band=band.describe(),
                             action=band.action, iter=iteration, epoch=epoch)
                 if band.action == 'warn':
@@ -108,7 +198,7 @@ class ScalarBandsHook(Hook):
                 else:
                     self._stop_reason = (reason if self._stop_reason is None
                                          else f'{self._stop_reason}; {reason}')
-        update_counters('scalar_bands', violations=self.num_violations,
+        update_counters(Counter.SCALAR_BANDS, violations=self.num_violations,
                         warnings=self.num_warnings)
 
     def _updated_train_scalars(self, runner) -> Dict[str, float]:
@@ -185,10 +275,10 @@ class ScalarBandsHook(Hook):
         log(f'ScalarBandsHook: stopping the run at iteration {iteration}: '
             f'{reason}. Saving {filename} and ending the train loop.',
             logging.WARNING)
-        write_event(runner.work_dir, 'band_stop', reason=reason,
+        write_event(runner.work_dir, Event.BAND_STOP, reason=reason,
                     iter=iteration, epoch=runner.epoch,
                     checkpoint=filename if self.save_checkpoint else None)
-        update_counters('scalar_bands', stopped=True, stop_reason=reason)
+        update_counters(Counter.SCALAR_BANDS, stopped=True, stop_reason=reason)
         if self.save_checkpoint:
             # ``iter`` counts finished iterations. Inside an epoch the epoch
             # is not finished: a resume restarts it.

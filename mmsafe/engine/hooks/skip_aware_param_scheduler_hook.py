@@ -5,6 +5,7 @@ from typing import Optional
 from mmengine.hooks import ParamSchedulerHook
 
 from mmdet.registry import HOOKS
+from mmsafe.guard_outputs import Counter
 from mmsafe.events import log, update_counters
 
 
@@ -58,6 +59,6 @@ class SkipAwareParamSchedulerHook(ParamSchedulerHook):
                     'optimizer step was skipped; it advances with applied '
                     'updates only (held iterations: mmsafe/param_scheduler '
                     'in the message hub).')
-            update_counters('param_scheduler', held_iters=self.held_iters)
+            update_counters(Counter.PARAM_SCHEDULER, held_iters=self.held_iters)
             return
         super().after_train_iter(runner, batch_idx, data_batch, outputs)

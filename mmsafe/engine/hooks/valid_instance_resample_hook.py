@@ -11,6 +11,7 @@ from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
                                                      RESAMPLED_FROM_PATH)
 from mmsafe.dist import get_world_size
 from mmsafe.engine.monitor_sync import monitor_sync_of
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event
 
 RESAMPLED = 'valid_instance_resample/resampled'
@@ -77,7 +78,7 @@ class ValidInstanceResampleHook(Hook):
         for item in found:
             self.resampled += 1
             self.tries += int(item['tries'] or 0)
-            write_event(runner.work_dir, 'instance_resample', iter=it,
+            write_event(runner.work_dir, Event.INSTANCE_RESAMPLE, iter=it,
                         **item)
             if self.resampled <= self.log_first:
                 log(f'ValidInstanceResampleDataset replaced sample '
@@ -97,6 +98,6 @@ class ValidInstanceResampleHook(Hook):
                 f'{it} since the last report, on {get_world_size()} '
                 f'rank(s) ({self.all_ranks} in all)', logging.WARNING)
         if found or total:
-            update_counters('valid_instance_resample',
+            update_counters(Counter.VALID_INSTANCE_RESAMPLE,
                             resampled=self.resampled, tries=self.tries,
                             all_ranks=self.all_ranks)

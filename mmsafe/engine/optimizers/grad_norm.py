@@ -4,6 +4,9 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from mmsafe.events import update_scalar
+from mmsafe.guard_outputs import Scalar
+
 
 def total_norm(grads: List[torch.Tensor], norm_type: float) -> torch.Tensor:
     """The global ``norm_type`` norm of ``grads`` (a tensor: not read)."""
@@ -72,5 +75,6 @@ def clip_per_module(params: List[torch.Tensor], rules: List[dict],
                 f'gradient. Some module names: {known}')
         norm = torch.nn.utils.clip_grad_norm_(
             group, max_norm=rule['max_norm'], norm_type=rule['norm_type'])
-        message_hub.update_scalar(f"train/grad_norm_{rule['pattern']}",
-                                  float(norm))
+        update_scalar(message_hub,
+                      Scalar.GRAD_NORM_OF_RULE.format(rule['pattern']),
+                      float(norm))

@@ -35,7 +35,8 @@ from torch.optim import Optimizer
 from mmdet.registry import OPTIM_WRAPPERS
 from mmsafe.dist import current_iter
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.events import batch_file_names, update_counters
+from mmsafe.guard_outputs import Counter, Scalar
+from mmsafe.events import batch_file_names, update_counters, update_scalar
 from .grad_norm import clip_per_module, parse_module_rules, total_norm
 from .skip_report import (NONFINITE_GRAD, ZERO_GRAD, plain, record_skip,
                           too_many_skips)
@@ -257,7 +258,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
 
     def _apply(self, params: List[torch.Tensor], grad_norm: float,
                total_norm: Optional[torch.Tensor] = None, **kwargs) -> None:
-        self.message_hub.update_scalar('train/grad_norm', grad_norm)
+        update_scalar(self.message_hub, Scalar.GRAD_NORM, grad_norm)
         if self.clip_grad_per_module:
             clip_per_module(params, self.clip_grad_per_module,
                             self._param_names, self.message_hub)
@@ -293,12 +294,12 @@ class NaNSkipOptimWrapper(OptimWrapper):
     def _publish(self) -> None:
         c = self.counters
         hub = self.message_hub
-        hub.update_scalar('train/skipped_steps', c['skipped'])
-        hub.update_scalar('train/nan_skips', c['nan_skips'])
-        hub.update_scalar('train/consecutive_skips', c['consecutive'])
+        update_scalar(hub, Scalar.SKIPPED_STEPS, c['skipped'])
+        update_scalar(hub, Scalar.NAN_SKIPS, c['nan_skips'])
+        update_scalar(hub, Scalar.CONSECUTIVE_SKIPS, c['consecutive'])
         if self._is_amp():
-            hub.update_scalar('train/amp_overflows', c['amp_overflow'])
-        update_counters('step_guard', **c)
+            update_scalar(hub, Scalar.AMP_OVERFLOWS, c['amp_overflow'])
+        update_counters(Counter.STEP_GUARD, **c)
 
     # ------------------------------------------------------------------ #
     # hooks for the AMP subclass

@@ -6,6 +6,7 @@ from collections import deque
 from typing import Dict, List, Optional
 
 from mmsafe.dist import all_gather_object, current_iter, get_rank
+from mmsafe.guard_outputs import Event
 from mmsafe.events import log, write_event
 
 #: Skip reasons.
@@ -135,7 +136,7 @@ def record_skip(counters: Dict, recent_bad: deque, reasons: List[str],
     for reason in reasons:
         by_reason[reason] = by_reason.get(reason, 0) + 1
 
-    write_event(work_dir, 'step_skip', iter=it, iters=iters,
+    write_event(work_dir, Event.STEP_SKIP, iter=it, iters=iters,
                 reasons=reasons, cause=kind or reasons[0],
                 bad_ranks=bad_ranks, loss=losses, grad_norm=grad_norm,
                 files=mine['files'], skipped=counters['skipped'],

@@ -33,6 +33,7 @@ from mmsafe.engine.monitor_sync import MonitorSync
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, RankChannel
 from mmsafe.engine.utils import train_progress
+from mmsafe.guard_outputs import Event
 from mmsafe.events import log, write_event
 from .cpu_dist import cuda_usable, init_cpu_process_group, with_default_timeout
 from .errors import (DDPParameterError, PeerRankFailedError,
@@ -339,7 +340,7 @@ class SafeRunner(Runner):
                 root = dict(root, after_peer=peer)
         final = explained or exc
         if root is not peer:
-            write_event(self.work_dir, 'rank_failed', **{
+            write_event(self.work_dir, Event.RANK_FAILED, **{
                 k: v for k, v in root.items()
                 if k not in ('message', 'cause', 'type', 'rank')},
                 cause=root.get('cause', root.get('type')),

@@ -14,6 +14,7 @@ from mmdet.registry import MODELS
 from mmdet.utils import OptMultiConfig
 
 from mmsafe.events import log, update_counters
+from mmsafe.guard_outputs import Counter
 from ..layers.contrastive import (contrastive_logs, pair_gap,
                                   symmetric_info_nce)
 from ..layers.gather import gather_rows
@@ -266,7 +267,7 @@ class MACLHead(BaseModule):
         if num_local >= 2:
             logged['macl_pair_gap'] = pair_gap(vis_emb, ir_emb)
         update_counters(
-            'macl',
+            Counter.MACL,
             calls=self.num_calls,
             small_batches=self.num_small_batches,
             last_num_pairs=self.last_num_pairs)

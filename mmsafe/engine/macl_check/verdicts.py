@@ -5,9 +5,10 @@ import logging
 from typing import Dict, Optional
 
 from mmsafe.dist import get_rank, get_world_size
+from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import log, log_once, update_counters, write_event
 from mmsafe.engine.rank_channel import share_finding
-from .macl_signals import describe
+from .signals import describe
 
 
 class StreakLog:
@@ -67,13 +68,13 @@ class MACLVerdicts:
         if name in self._reported:
             return
         self._reported.add(name)
-        write_event(work_dir, 'macl_presence_local', iter=iteration,
+        write_event(work_dir, Event.MACL_PRESENCE_LOCAL, iter=iteration,
                     problem=name, files=files)
         message = (f'MACLCheckHook: rank {get_rank()} sees {self.loss_key} '
                    f'{name} at iteration {iteration}; every rank decides at '
                    'the next sync (the log interval under DDP).')
         log(message, logging.WARNING)
-        share_finding(f'macl_{name}', message, logging.WARNING, iteration,
+        share_finding(Finding.macl_problem(name), message, logging.WARNING, iteration,
                       files=files[:4])
 
     def problems(self, work_dir: Optional[str], iteration: int,
@@ -83,7 +84,7 @@ class MACLVerdicts:
         rank-iterations, on ``ranks`` (None: not known): logged, or raised
         with ``policy='raise'``."""
         self.stats['problems'] += 1
-        update_counters('macl_check', **self.stats)
+        update_counters(Counter.MACL_CHECK, **self.stats)
         text = describe(self.loss_key, found, seen, self.constant_iters)
         world = get_world_size()
         where = ''
@@ -96,7 +97,7 @@ class MACLVerdicts:
                    'model has a macl_head, that it gets paired inputs on '
                    'every rank, and that no exception around it is '
                    'swallowed.')
-        write_event(work_dir, 'macl_presence', iter=iteration,
+        write_event(work_dir, Event.MACL_PRESENCE, iter=iteration,
                     problems=sorted(found), policy=self.policy,
                     files=files, ranks=ranks)
         if self.policy == 'raise':
@@ -110,13 +111,13 @@ class MACLVerdicts:
     def chance(self, work_dir: Optional[str], iteration: int, mean: float,
                window: int) -> None:
         """The chance-ratio ``mean`` over the last ``window`` iterations."""
-        update_counters('macl_check', chance_ratio=mean)
+        update_counters(Counter.MACL_CHECK, chance_ratio=mean)
         if mean < self.chance_threshold:
             self._streaks.reset('chance')
             return
         self.stats['chance_warnings'] += 1
-        update_counters('macl_check', **self.stats)
-        write_event(work_dir, 'macl_chance', iter=iteration,
+        update_counters(Counter.MACL_CHECK, **self.stats)
+        write_event(work_dir, Event.MACL_CHANCE, iter=iteration,
                     ratio=mean, window=window,
                     threshold=self.chance_threshold)
         self._streaks.log(
@@ -135,9 +136,9 @@ class MACLVerdicts:
         ok = iteration <= self.control_warmup or gap >= self.control_margin
         verdict = ('warm-up' if iteration <= self.control_warmup else
                    'pass' if ok else 'fail')
-        update_counters('macl_check', control_gap=gap,
+        update_counters(Counter.MACL_CHECK, control_gap=gap,
                         control_verdict=verdict, **self.stats)
-        write_event(work_dir, 'macl_control', iter=iteration, gap=gap,
+        write_event(work_dir, Event.MACL_CONTROL, iter=iteration, gap=gap,
                     verdict=verdict, margin=self.control_margin)
         if ok:
             self._streaks.reset('control')
@@ -150,7 +151,7 @@ class MACLVerdicts:
                     'verdict is in mmsafe_events.jsonl.', logging.INFO)
             return
         self.stats['control_warnings'] += 1
-        update_counters('macl_check', **self.stats)
+        update_counters(Counter.MACL_CHECK, **self.stats)
         self._streaks.log(
             'control', f'MACLCheckHook: shuffled-pair control at iteration '
             f'{iteration}: true pairs are only {gap:+.3f} more similar '

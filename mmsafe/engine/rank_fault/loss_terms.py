@@ -21,12 +21,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 import torch
 import torch.nn as nn
 
-from .loss_dict import as_tensors
-
-
-def loss_keys(losses: dict) -> List[str]:
-    """The keys that MMEngine's ``parse_losses`` sums into the loss."""
-    return sorted(k for k in losses if 'loss' in k)
+from mmsafe.engine.loss_graph import as_tensors, loss_keys, walk_autograd
 
 
 def _requires_grad(value) -> bool:
@@ -45,17 +40,14 @@ def reached_parameters(losses: dict, limit: int = 1000000) -> Set[int]:
                 roots.append(tensor.grad_fn)
             elif tensor.requires_grad:
                 reached.add(id(tensor))
-    seen: Dict[int, object] = {}  # keeps visited nodes alive (ids unique)
-    stack = roots
-    while stack and len(seen) < limit:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen[id(fn)] = fn
+
+    def visit(fn) -> bool:
         variable = getattr(fn, 'variable', None)
         if isinstance(variable, torch.Tensor):
             reached.add(id(variable))
-        stack.extend(nxt for nxt, _ in fn.next_functions)
+        return True
+
+    walk_autograd(roots, visit, limit)
     return reached
 
 

@@ -7,8 +7,9 @@ import sys
 import time
 from typing import Any, Dict
 
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event
-from . import stacks
+from .stacks import all_stacks, collective_of, describe, main_frame
 from .heartbeat import DATA
 
 #: Exit code of an aborted rank (EX_TEMPFAIL: "try again later").
@@ -46,9 +47,9 @@ class HangReporter:
         ``hang`` event; returns the report text."""
         self.stalls += 1
         where = self.where(batch_idx)
-        frame = stacks.main_frame()
-        main_at = stacks.describe(frame)
-        collective = stacks.collective_of(frame)
+        frame = main_frame()
+        main_at = describe(frame)
+        collective = collective_of(frame)
         del frame
         header = (
             f'mmsafe hang report: rank {self.rank} of {self.world_size} '
@@ -72,7 +73,7 @@ class HangReporter:
                        "hook's before_train_iter): a worker may be stuck; "
                        'num_workers=0 in the loader config rules worker '
                        'deadlocks out (see DataLoaderProbeHook).')
-        report = f'{header}\n\n{stacks.all_stacks()}\n'
+        report = f'{header}\n\n{all_stacks()}\n'
         work_dir = getattr(self.runner, 'work_dir', None)
         path = None
         if work_dir:
@@ -81,10 +82,10 @@ class HangReporter:
                 f.write(f'===== {time.strftime("%Y-%m-%d %H:%M:%S")} '
                         f'=====\n{report}\n')
         log(f'{report}(written to {path})', logging.ERROR)
-        write_event(work_dir, 'hang', phase=phase, idle_s=round(idle, 1),
+        write_event(work_dir, Event.HANG, phase=phase, idle_s=round(idle, 1),
                     allowance_s=allowance, main_thread=main_at,
                     collective=collective, file=path, **where)
-        update_counters('hang_watchdog', stalls=self.stalls,
+        update_counters(Counter.HANG_WATCHDOG, stalls=self.stalls,
                         last_phase=phase, last_iter=where['iter'])
         return report
 
@@ -102,7 +103,7 @@ class HangReporter:
             f'Exiting with code {exit_code} so that the launcher or '
             'scheduler can restart the job (resume with --resume). Set '
             'abort_timeout=None to wait instead.', logging.ERROR)
-        write_event(getattr(self.runner, 'work_dir', None), 'hang_abort',
+        write_event(getattr(self.runner, 'work_dir', None), Event.HANG_ABORT,
                     phase=phase, idle_s=round(idle, 1), exit_code=exit_code,
                     **where)
         handlers = logging.getLogger().handlers + list(

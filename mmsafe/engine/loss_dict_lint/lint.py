@@ -5,28 +5,8 @@ from typing import Dict, List, Optional
 
 import torch
 
-
-def as_tensors(value) -> List[torch.Tensor]:
-    """The tensors of a loss-dict entry (a tensor or a list of tensors)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)) and all(
-            isinstance(v, torch.Tensor) for v in value):
-        return list(value)
-    return []
-
-
-def scalar_of(value) -> Optional[float]:
-    """The value ``parse_losses`` logs for a loss-dict entry."""
-    tensors = as_tensors(value)
-    if not tensors:
-        return None
-    return float(sum(t.detach().float().mean() for t in tensors))
-
-
-def is_close(a: float, b: float, rtol: float, atol: float) -> bool:
-    """``|a - b| <= atol + rtol * max(|a|, |b|)``."""
-    return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
+from mmsafe.engine.loss_graph import (as_tensors, is_close, scalar_of,
+                                     walk_autograd)
 
 
 def depends_on(roots, targets: Dict[int, List[str]], own: str,
@@ -38,20 +18,18 @@ def depends_on(roots, targets: Dict[int, List[str]], own: str,
     only meaningful while those objects are alive: PyTorch may hand out a
     new object for a node once the previous one is gone, at a recycled
     address. So every visited node object is kept referenced (``seen``)
-    for the whole walk, and the caller keeps the ``targets`` objects alive.
+    for the whole walk (:func:`~mmsafe.engine.loss_graph.walk_autograd`),
+    and the caller keeps the ``targets`` objects alive.
     """
-    found, stack = set(), list(roots)
-    seen: Dict[int, object] = {}
-    while stack and len(seen) < limit:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen[id(fn)] = fn
+    found = set()
+
+    def visit(fn) -> bool:
         hits = [k for k in targets.get(id(fn), []) if k != own]
-        if hits:
-            found.update(hits)
-            continue  # what lies below a loss term is that term's business
-        stack.extend(nxt for nxt, _ in fn.next_functions)
+        found.update(hits)
+        # what lies below a loss term is that term's business
+        return not hits
+
+    walk_autograd(roots, visit, limit)
     return sorted(found)
 
 

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from mmsafe.events import log
 from mmsafe.rng import RNGState
-from .loss_dict import as_tensors, is_close, scalar_of
+from mmsafe.engine.loss_graph import as_tensors, is_close, scalar_of
 
 
 def weighted_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:
