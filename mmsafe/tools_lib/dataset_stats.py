@@ -39,7 +39,7 @@ def loading_settings(dataset_cfg: dict) -> dict:
         dict: ``visible`` and ``infrared`` decode flags, ``imdecode_backend``,
         ``backend_args`` and ``reduced_decode`` (normalised, or None).
     """
-    from mmsafe.datasets.transforms.reduced_decode import \
+    from mmsafe.datasets.transforms.reduced_jpeg_decode import \
         check_reduced_decode_cfg
     # the first pipeline, outermost first: it may sit on a wrapper
     pipeline = next((node['pipeline'] for _, node in config_nodes(dataset_cfg)
@@ -75,7 +75,7 @@ class PairSumsDataset(Dataset):
 
     def _sums(self, path: str, img_bytes: bytes, flag: str,
               reduction: int) -> tuple:
-        from mmsafe.datasets.transforms.reduced_decode import decode
+        from mmsafe.datasets.transforms.reduced_jpeg_decode import decode
         img, _ = decode(img_bytes, flag, reduction, 'dataset_stats', path,
                         self.settings['imdecode_backend'])
         if img is None:
@@ -87,7 +87,7 @@ class PairSumsDataset(Dataset):
     def __getitem__(self, idx: int) -> dict:
         from mmengine import fileio
 
-        from mmsafe.datasets.transforms.reduced_decode import (
+        from mmsafe.datasets.transforms.reduced_jpeg_decode import (
             image_size, pair_reduction)
         paths = dict(zip(MODALITIES, self.pairs[idx]))
         data = {m: fileio.get(p, backend_args=self.settings['backend_args'])

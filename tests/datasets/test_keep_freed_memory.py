@@ -77,7 +77,7 @@ def test_thresholds_are_checked_when_built():
 
 def test_without_glibc_it_says_so_and_changes_nothing(monkeypatch):
     from mmdet.registry import TRANSFORMS
-    from mmsafe.datasets.transforms import memory
+    from mmsafe.datasets.transforms import keep_freed_memory as memory
     monkeypatch.setattr(allocator, '_glibc_version', lambda: None)
 
     def no_mallopt(*args):

@@ -20,7 +20,7 @@ from mmdet.structures.bbox import BaseBoxes, HorizontalBoxes
 from mmengine.config import Config
 from mmsafe.datasets import ensure_synthetic_llvip
 from mmsafe.datasets.transforms import apply_paired
-from mmsafe.datasets.transforms.geometry import same_geometry
+from mmsafe.datasets.transforms.geometry_record import same_geometry
 from mmsafe.datasets.transforms.loading import three_channels
 from mmsafe.compat import numpy_to_tensor
 from mmsafe.datasets.transforms.same_size import chw_tensor

@@ -15,7 +15,7 @@ from mmdet.registry import DATASETS, METRICS, TRANSFORMS
 from mmdet.structures.bbox import scale_boxes
 from mmengine.config import Config
 from mmsafe.datasets import ensure_synthetic_llvip
-from mmsafe.datasets.transforms import reduced_decode as rd
+from mmsafe.datasets.transforms import reduced_jpeg_decode as rd
 from tests.utils import logged_messages
 from .tree import infrared_image, visible_image, write_img
 

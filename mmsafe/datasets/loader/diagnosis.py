@@ -19,7 +19,7 @@ from typing import Callable, List, Optional
 
 from torch.utils.data import DataLoader
 
-from .memory import nbytes
+from .inflight_memory import nbytes
 from .pickling import PICKLING_START_METHODS, find_unpicklable
 from .probe import probe_fetch
 from .rebuild import fetch_in_process, is_iterable_dataset, start_method

@@ -1,15 +1,16 @@
 """Paired (visible + infrared) transforms."""
 from .compose import PairedCompose, PairGeometryError
 from .formatting import PackPairedDetInputs
-from .geometric import (PairedFixShapeResize, PairedGeometric,
-                        PairedGeometryMixin, PairedPad,
-                        PairedRandomChoiceResize, PairedRandomCrop,
-                        PairedRandomFlip, PairedRandomResize, PairedResize,
-                        apply_paired)
+from .paired_geometric import (PairedFixShapeResize, PairedGeometric,
+                               PairedGeometryMixin, PairedPad,
+                               PairedRandomChoiceResize, PairedRandomCrop,
+                               PairedRandomFlip, PairedRandomResize,
+                               PairedResize, apply_paired)
 from .loading import LoadPairedImageFromFile
-from .memory import KeepFreedMemory
+from .keep_freed_memory import KeepFreedMemory
 from .photometric import ModalityTransform
-from .reduced_loading import DecodeAwareResize, LoadImageFromFileReduced
+from .single_modality_reduced import (DecodeAwareResize,
+                                      LoadImageFromFileReduced)
 
 __all__ = [
     'LoadPairedImageFromFile', 'PairedGeometric', 'PairedGeometryMixin',
@@ -34,7 +35,7 @@ def paired_pipeline(pipeline, owner: str) -> PairedCompose:
             only (see :mod:`mmsafe.datasets.pipeline_check`).
     """
     from ..pipeline_check import assert_paired_pipeline
-    from .reduced_decode import check_pipeline
+    from .reduced_jpeg_decode import check_pipeline
     transforms = list(getattr(pipeline, 'transforms', pipeline) or [])
     assert_paired_pipeline(transforms, owner)
     check_pipeline(transforms, owner)

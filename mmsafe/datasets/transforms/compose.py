@@ -4,9 +4,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from mmengine.dataset import Compose
 
-from .geometry import (BOTH, INFRARED, LOG_KEY, VISIBLE, describe_log,
-                       flipped_copy, is_pair_aware, log_step, record_step,
-                       same_geometry, visible_geometry)
+from .geometry_record import (BOTH, INFRARED, LOG_KEY, VISIBLE,
+                              describe_log, flipped_copy, is_pair_aware,
+                              log_step, record_step, same_geometry,
+                              visible_geometry)
 
 
 class PairGeometryError(RuntimeError):

@@ -4,7 +4,7 @@ import torch
 
 from mmdet.datasets.transforms import PackDetInputs
 from mmdet.registry import TRANSFORMS
-from .geometry import divergence
+from .geometry_record import divergence
 from .same_size import chw_tensor
 
 PAIRED_META_KEYS = ('img_id', 'img_path', 'ir_img_path', 'ori_shape',
@@ -33,7 +33,7 @@ class PackPairedDetInputs(PackDetInputs):
     :func:`image_to_tensor`.
 
     A sample whose two images differ in size, or whose recorded visible and
-    infrared geometries differ (see :mod:`.geometry`), is refused with a
+    infrared geometries differ (see :mod:`.geometry_record`), is refused with a
     ``ValueError`` naming the transform where they diverged.
 
     Args:

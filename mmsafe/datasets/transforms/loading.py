@@ -10,10 +10,10 @@ from mmengine import fileio
 
 from mmdet.registry import TRANSFORMS
 from mmsafe.events import log
-from .geometry import BOTH, INFRARED_KEY, VISIBLE_KEY, log_step
-from .reduced_decode import (DECODE_KEY, check_reduced_decode_cfg, decode,
-                             decoded_scale, image_size, pair_reduction,
-                             scale_instances)
+from .geometry_record import BOTH, INFRARED_KEY, VISIBLE_KEY, log_step
+from .reduced_jpeg_decode import (DECODE_KEY, check_reduced_decode_cfg,
+                                  decode, decoded_scale, image_size,
+                                  pair_reduction, scale_instances)
 
 SIZE_MISMATCH_POLICIES = ('error', 'resize')
 #: dtypes whose grey -> 3-channel conversion OpenCV copies bit for bit
@@ -63,7 +63,7 @@ class LoadPairedImageFromFile(LoadImageFromFile):
             reduction). One reduction for both modalities: the largest
             whose decoded size is at least the resize's output. A paired
             resize must follow (it folds the decode into ``scale_factor``);
-            see :mod:`.reduced_decode` for the bookkeeping. Defaults to
+            see :mod:`.reduced_jpeg_decode` for the bookkeeping. Defaults to
             None (full decode).
         **kwargs: :class:`mmcv.transforms.LoadImageFromFile` arguments
             (``to_float32``, ``color_type``, ``imdecode_backend``,

@@ -18,7 +18,7 @@ recorded geometry (``homography_matrix``, ``scale_factor``, ``flip``,
 ``crop``/``pad`` shapes ...) and the random state they leave behind must be
 equal, else the transform is not pairable (for example its random draws
 depend on pixel values) and an error names it. What the step did is then
-recorded as the geometry of both modalities (see :mod:`.geometry`).
+recorded as the geometry of both modalities (see :mod:`.geometry_record`).
 
 ``PairedResize`` and ``PairedRandomFlip`` replay instead: what they do to
 an image follows from the visible run's record alone (the output
@@ -43,8 +43,8 @@ from mmcv.transforms import RandomResize as MMCV_RandomResize
 from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
                                        RandomFlip, Resize)
 from mmdet.registry import TRANSFORMS
-from .geometry import record_step, visible_geometry
-from .reduced_decode import fold_decode, pending_decode
+from .geometry_record import record_step, visible_geometry
+from .reduced_jpeg_decode import fold_decode, pending_decode
 from .same_size import SameSizeResizeMixin
 
 #: result keys that describe the geometry; they must agree between the runs

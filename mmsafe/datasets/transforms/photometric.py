@@ -6,7 +6,7 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 
 from mmdet.registry import TRANSFORMS
-from .geometry import flipped_copy, homography, same_geometry
+from .geometry_record import flipped_copy, homography, same_geometry
 
 MODALITIES = ('visible', 'infrared', 'both')
 _KEY = dict(visible='img', infrared='ir_img')

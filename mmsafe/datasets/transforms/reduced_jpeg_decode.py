@@ -282,7 +282,7 @@ def check_pipeline(transforms: Sequence[Any], owner: str) -> None:
     after it (nothing would fold the decode into ``scale_factor``)."""
     from mmcv.transforms import RandomChoiceResize, RandomResize
     from mmcv.transforms import Resize as MMCV_Resize
-    from .geometric import PairedGeometric, PairedGeometryMixin
+    from .paired_geometric import PairedGeometric, PairedGeometryMixin
     resizes = (MMCV_Resize, RandomResize, RandomChoiceResize)
     for index, t in enumerate(transforms):
         if getattr(t, 'reduced_decode', None) is None:

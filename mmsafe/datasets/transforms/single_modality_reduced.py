@@ -1,6 +1,6 @@
 """Reduced JPEG decoding for single-modality pipelines: a loader and the
 resize that folds the decode into ``scale_factor`` (see
-:mod:`.reduced_decode` for the bookkeeping)."""
+:mod:`.reduced_jpeg_decode` for the bookkeeping)."""
 from typing import Optional
 
 import numpy as np
@@ -9,11 +9,11 @@ from mmengine import fileio
 
 from mmdet.datasets.transforms import Resize
 from mmdet.registry import TRANSFORMS
-from .geometry import VISIBLE_KEY, log_step
-from .reduced_decode import (DECODE_KEY, check_reduced_decode_cfg,
-                             choose_reduction, decode, decoded_scale,
-                             fold_decode, image_size, pending_decode,
-                             scale_instances)
+from .geometry_record import VISIBLE_KEY, log_step
+from .reduced_jpeg_decode import (DECODE_KEY, check_reduced_decode_cfg,
+                                  choose_reduction, decode, decoded_scale,
+                                  fold_decode, image_size, pending_decode,
+                                  scale_instances)
 from .same_size import SameSizeResizeMixin
 
 

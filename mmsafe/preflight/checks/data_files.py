@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from mmsafe.datasets.loader.memory import nbytes
+from mmsafe.datasets.loader.inflight_memory import nbytes
 from mmsafe.datasets.walk import config_leaves
 from ..context import PreflightContext, first_line
 from ..data_sample import (is_remote, join_root, sample_indices,

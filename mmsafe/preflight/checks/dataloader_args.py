@@ -11,8 +11,9 @@ import multiprocessing
 import os
 from typing import Dict, Iterator, Optional
 
-from mmsafe.datasets.loader.memory import (DEFAULT_PREFETCH, available_memory,
-                                          local_processes)
+from mmsafe.datasets.loader.inflight_memory import (DEFAULT_PREFETCH,
+                                                   available_memory,
+                                                   local_processes)
 from ..context import PreflightContext
 from ..report import CheckRow
 
