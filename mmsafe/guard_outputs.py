@@ -124,12 +124,6 @@ class Finding:
     RANK_FAULT_LOSS_TERMS = Event.RANK_FAULT_LOSS_TERMS
     MACL_PROBLEM = 'macl_{}'  # one per problem of MACLCheckHook
 
-    @staticmethod
-    def macl_problem(problem: str) -> str:
-        """The finding of one MACL problem (``'missing'`` ->
-        ``'macl_missing'``)."""
-        return Finding.MACL_PROBLEM.format(problem)
-
 
 @dataclass(frozen=True)
 class GuardOutputs:

@@ -65,7 +65,7 @@ def fit_channel_map(raw: torch.Tensor, out: torch.Tensor) -> Optional[dict]:
 
 def declared_swap(pre: Any, name: str) -> Optional[bool]:
     """What the preprocessor says it does with the channel order."""
-    per_modality = getattr(pre, '_bgr_to_rgb', None)
+    per_modality = getattr(pre, 'modality_bgr_to_rgb', None)  # mmsafe's
     if isinstance(per_modality, dict) and name in per_modality:
         return bool(per_modality[name])
     if hasattr(pre, '_channel_conversion'):  # mmdet/mmengine preprocessors

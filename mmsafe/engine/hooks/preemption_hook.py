@@ -217,7 +217,7 @@ class PreemptionHook(Hook):
             self._requested_by = [0]
         if self._decided_at is None or not _optimizer_stepped(runner):
             return
-        if runner.iter + 1 >= runner.max_iters:
+        if self.is_last_train_iter(runner):
             return  # the run ends with this iteration anyway
         self._stop(runner, batch_idx)
 

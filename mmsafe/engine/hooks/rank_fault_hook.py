@@ -80,7 +80,7 @@ class RankFaultHook(Hook):
       reported too.
     * **When DDP fails** with "Expected to have finished reduction in the
       prior iteration ..." (parameters that got no gradient on a rank) or
-      "... marked as ready twice", :meth:`explain` turns PyTorch's message
+      "... marked as ready twice", :meth:`explain_failure` turns PyTorch's message
       into one that names the rank, the iteration, the loss terms of that
       rank in that iteration compared with its earlier iterations and with
       the other ranks, the modules whose parameters got no gradient (names,
@@ -247,8 +247,11 @@ class RankFaultHook(Hook):
         return group_by_module(names, self._model)
 
     # ------------------------------------------------------------------ #
-    def explain(self, runner, exc: BaseException) -> Optional[Dict]:
-        """What this rank knows about DDP's parameter error ``exc``.
+    def explain_failure(self, runner,
+                        exc: BaseException) -> Optional[Dict]:
+        """What this rank knows about DDP's parameter error ``exc``
+        (:class:`~mmsafe.engine.runner.SafeRunner` asks every hook that has
+        this method when a run fails).
 
         Returns:
             dict or None: ``message`` (the explanation, PyTorch's message

@@ -44,10 +44,10 @@ class SkipAwareParamSchedulerHook(ParamSchedulerHook):
         """Step the iteration-based schedulers, or hold them for a
         skipped step."""
         wrapper = runner.optim_wrapper
-        counters = getattr(wrapper, 'counters', None)
-        skipped = int(counters.get('skipped', 0)) if counters else 0
+        # NaNSkipOptimWrapper's public counts; other wrappers never skip
+        skipped = int(getattr(wrapper, 'skipped_steps', 0))
         if skipped > self._skipped_seen:
-            window = int(getattr(wrapper, '_accumulative_counts', 1) or 1)
+            window = int(getattr(wrapper, 'accumulation_window', 1))
             self._hold += (skipped - self._skipped_seen) * window
         self._skipped_seen = skipped
         if self._hold > 0:

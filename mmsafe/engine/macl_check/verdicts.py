@@ -74,8 +74,8 @@ class MACLVerdicts:
                    f'{name} at iteration {iteration}; every rank decides at '
                    'the next sync (the log interval under DDP).')
         log(message, logging.WARNING)
-        share_finding(Finding.macl_problem(name), message, logging.WARNING, iteration,
-                      files=files[:4])
+        share_finding(Finding.MACL_PROBLEM.format(name), message,
+                      logging.WARNING, iteration, files=files[:4])
 
     def problems(self, work_dir: Optional[str], iteration: int,
                  found: Dict[str, int], seen: int, files: list,

@@ -142,38 +142,54 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self.work_dir = work_dir
 
     # ------------------------------------------------------------------ #
+    # what other components read
+    @property
+    def accumulation_window(self) -> int:
+        """Iterations per optimizer step (``accumulative_counts``): a
+        skipped step skips the updates of this many iterations."""
+        return int(self._accumulative_counts or 1)
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped so far in this run."""
+        return int(self.counters['skipped'])
+
+    # ------------------------------------------------------------------ #
     # model watching: parameter names and the batch's image paths
     @contextmanager
     def optim_context(self, model: nn.Module):
         """See :meth:`OptimWrapper.optim_context`; also learns the model's
-        parameter names and hooks its data preprocessor once."""
-        self._watch_model(model)
-        with super().optim_context(model):
-            yield
+        parameter names once, and the image paths of the batch that the
+        data preprocessor gets inside this context (MMEngine's
+        ``train_step`` preprocesses the batch there). The preprocessor's
+        hook lives for this context only."""
+        handle = self._watch_model(model)
+        try:
+            with super().optim_context(model):
+                yield
+        finally:
+            if handle is not None:
+                handle.remove()
 
-    def _watch_model(self, model: nn.Module) -> None:
+    def _watch_model(self, model: nn.Module):
         module = unwrap_model(model)
-        if self._model_ref is not None and self._model_ref() is module:
-            return
-        self._model_ref = weakref.ref(module)
-        self._param_names = {
-            id(p): name
-            for name, p in module.named_parameters()
-        }
+        if self._model_ref is None or self._model_ref() is not module:
+            self._model_ref = weakref.ref(module)
+            self._param_names = {
+                id(p): name
+                for name, p in module.named_parameters()
+            }
         preprocessor = getattr(module, 'data_preprocessor', None)
-        if isinstance(preprocessor, nn.Module):
-            # A closure over a weak reference, not a bound method: models
-            # get deep-copied (EMA) and must not drag the wrapper along.
-            wrapper_ref = weakref.ref(self)
+        if not isinstance(preprocessor, nn.Module):
+            return None
 
-            def record_batch_files(_module, args, kwargs):
-                this = wrapper_ref()
-                data = args[0] if args else kwargs.get('data')
-                if this is not None and isinstance(data, dict):
-                    this._batch_files = batch_file_names(data)
+        def record_batch_files(_module, args, kwargs):
+            data = args[0] if args else kwargs.get('data')
+            if isinstance(data, dict):
+                self._batch_files = batch_file_names(data)
 
-            preprocessor.register_forward_pre_hook(
-                record_batch_files, with_kwargs=True)
+        return preprocessor.register_forward_pre_hook(
+            record_batch_files, with_kwargs=True)
 
     # ------------------------------------------------------------------ #
     # the training step

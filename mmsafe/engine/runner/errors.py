@@ -11,7 +11,7 @@ _COMMUNICATION_MARKERS = (
 class DDPParameterError(RuntimeError):
     """DDP's unused-parameter (or "marked as ready twice") error, explained:
     rank, iteration, loss terms, modules and the fix
-    (:meth:`~mmsafe.engine.hooks.RankFaultHook.explain`); PyTorch's own
+    (:meth:`~mmsafe.engine.hooks.RankFaultHook.explain_failure`); PyTorch's own
     error is its ``__cause__``."""
 
 

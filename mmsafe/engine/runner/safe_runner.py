@@ -22,6 +22,8 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
 from mmengine.runner import Runner
 
+from mmdet.registry import HOOKS
+
 from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, explain_refusals,
                                find_latest_loadable_checkpoint, is_local_path,
                                record_resume,
@@ -85,9 +87,20 @@ class SafeRunner(Runner):
       follows from another rank's failure (a closed connection) by a
       :class:`~mmsafe.engine.runner.errors.PeerRankFailedError` naming that
       rank's error; any other error is raised unchanged. Each is told to
-      the other ranks, handed to :meth:`SafetyReportHook.report_crash`
-      (when that hook is configured) and raised (PyTorch's error as the
-      ``__cause__``). A rank still inside its run ``mmsafe_peer_grace``
+      the other ranks, handed to the hooks' crash reports and raised
+      (PyTorch's error as the ``__cause__``).
+
+    Hooks take part in a failure through two optional methods, which the
+    runner looks up on every registered hook (no hook class is named
+    here):
+
+    * ``explain_failure(runner, exc) -> dict | None``: the first hook that
+      has it turns ``exc`` into its cause (``message`` plus the root-cause
+      fields), or returns None (:class:`~mmsafe.engine.hooks.RankFaultHook`
+      for DDP's parameter errors);
+    * ``report_crash(runner, exc, root_cause=None)``: called on every hook
+      that has it, once the error to raise is known
+      (:class:`~mmsafe.engine.hooks.SafetyReportHook` writes its report). A rank still inside its run ``mmsafe_peer_grace``
       seconds (config key, default 10) after another rank failed ends
       itself, instead of waiting out the distributed timeout.
 
@@ -120,9 +133,9 @@ class SafeRunner(Runner):
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
         super().register_hooks(default_hooks, custom_hooks)
-        from mmsafe.engine.hooks.rank_fault_hook import RankFaultHook
-        if not any(isinstance(h, RankFaultHook) for h in self.hooks):
-            self.register_hook(RankFaultHook())
+        rank_fault_hook = HOOKS.get('RankFaultHook')
+        if not any(isinstance(h, rank_fault_hook) for h in self.hooks):
+            self.register_hook(rank_fault_hook())
 
     # ------------------------------------------------------ distributed --
     def setup_env(self, env_cfg: Dict) -> None:
@@ -311,13 +324,13 @@ class SafeRunner(Runner):
     def _on_crash(self, exc: BaseException) -> Optional[BaseException]:
         """Explain, tell the other ranks, report; return the error to
         raise instead of ``exc`` (None: ``exc`` itself)."""
-        from mmsafe.engine.hooks.rank_fault_hook import RankFaultHook
         channel = self.rank_channel
         rank = get_rank()
         details = None
         for hook in self.hooks:
-            if isinstance(hook, RankFaultHook):
-                details = hook.explain(self, exc)
+            explain = getattr(hook, 'explain_failure', None)
+            if callable(explain):
+                details = explain(self, exc)
                 break
         peer = None
         if details is None and channel is not None:
@@ -376,7 +389,7 @@ class SafeRunner(Runner):
 
     def _report_crash(self, exc: BaseException,
                       root_cause: Optional[dict] = None) -> None:
-        from mmsafe.engine.hooks.safety_report_hook import SafetyReportHook
         for hook in self.hooks:
-            if isinstance(hook, SafetyReportHook):
-                hook.report_crash(self, exc, root_cause=root_cause)
+            report_crash = getattr(hook, 'report_crash', None)
+            if callable(report_crash):
+                report_crash(self, exc, root_cause=root_cause)

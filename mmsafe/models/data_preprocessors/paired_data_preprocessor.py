@@ -118,6 +118,12 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
         else:
             self.batch_augments = None
 
+    @property
+    def modality_bgr_to_rgb(self) -> Dict[str, bool]:
+        """Whether each modality's channels are reversed (BGR -> RGB), by
+        modality name (``'visible'``, ``'infrared'``)."""
+        return dict(self._bgr_to_rgb)
+
     def _convert(self, name: str, img: Tensor) -> Tensor:
         """Channel order, float conversion and normalisation of one
         modality (one image ``[3, H, W]`` or a batch ``[B, 3, H, W]``)."""

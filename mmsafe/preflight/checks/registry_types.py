@@ -181,7 +181,9 @@ class _Walker:
             short.lower(), list(lower), n=3, cutoff=0.6)
         return [lower[c] for c in close]
 
-    def _check(self, path: str, name: Any, registry: str) -> None:
+    def check(self, path: str, name: Any, registry: str) -> None:
+        """Check that ``name`` (found at ``path``) is a type of
+        ``registry``; a finding otherwise."""
         if not isinstance(name, str):
             return  # a class or function object: resolved already
         self.checked += 1
@@ -222,11 +224,11 @@ class _Walker:
         if own_type is not None and registry != DATALOADER:
             if registry in ('METRICS', ) and own_type == 'Evaluator':
                 registry = 'EVALUATOR'
-            self._check(f'{path}.type', own_type, registry)
+            self.check(f'{path}.type', own_type, registry)
         if registry == 'OPTIM_WRAPPERS':
             constructor = node.get('constructor', None)
             if isinstance(constructor, str):
-                self._check(f'{path}.constructor', constructor,
+                self.check(f'{path}.constructor', constructor,
                             'OPTIM_WRAPPER_CONSTRUCTORS')
         for key, value in node.items():
             if key == 'type' or not isinstance(value, (dict, list, tuple)):
@@ -262,7 +264,7 @@ def check_registry_types(ctx: PreflightContext) -> Iterator[CheckRow]:
         walker.walk(value, key, registry)
     runner_type = cfg.get('runner_type', None)
     if isinstance(runner_type, str):
-        walker._check('runner_type', runner_type, 'RUNNERS')
+        walker.check('runner_type', runner_type, 'RUNNERS')
 
     bad_sections = set()
     for f in walker.findings:
