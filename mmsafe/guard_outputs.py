@@ -9,16 +9,19 @@ A guard reports through three channels (:mod:`mmsafe.events`):
 * **scalars**: ``train/*`` values in the message hub (:class:`Scalar`),
   which MMEngine's logger and visualizer backends (TensorBoard, ...) show.
 
-And a guard that speaks to rank 0 through the rank channel names its
-**finding** (:class:`Finding`). Every name is spelled once, here: the
-guards, the optimizer wrappers and :class:`~mmsafe.engine.hooks.
-SafetyReportHook` read these constants, and
+A guard that speaks to rank 0 through the rank channel names its
+**finding** (:class:`Finding`), and one that sums a value over ranks names
+it in the run's monitor sync (:class:`Sync`).
+
+Every name is spelled once, here: the guards, the optimizer wrappers and
+:class:`~mmsafe.engine.hooks.SafetyReportHook` read these constants, and
 :func:`mmsafe.events.write_event`, :func:`mmsafe.events.update_counters`,
 :func:`mmsafe.events.update_scalar` and
 :func:`mmsafe.engine.rank_channel.share_finding` refuse a name that no
-entry of :data:`GUARD_OUTPUTS` declares. The section of
-``safety_report.json`` an event or counter lands in is its guard's
-``section``.
+entry of :data:`GUARD_OUTPUTS` declares (the monitor sync itself takes any
+name; tests/test_guard_outputs.py checks that the guards post declared
+ones). The section of ``safety_report.json`` an event or counter lands in
+is its guard's ``section``.
 
 A plugin that adds a guard of its own declares its outputs with
 :func:`declare_guard`.
@@ -115,6 +118,18 @@ class Scalar:
     MACL_CHANCE_RATIO = 'train/macl_chance_ratio'
 
 
+class Sync:
+    """Names the guards post to the run's
+    :class:`~mmsafe.engine.monitor_sync.MonitorSync` (summed over ranks at
+    the log interval under DDP)."""
+    EMPTY_BATCH = Event.EMPTY_BATCH
+    MACL_CHECK = 'macl_check/{}'  # one per value MACLCheckHook posts
+    RESAMPLED = 'valid_instance_resample/resampled'
+    LOSS_DICT_FINDINGS = 'loss_dict_lint/findings'
+    BAND_STOP = 'scalar_bands/stop'
+    PREEMPTION_REQUEST = 'preemption/request'
+
+
 class Finding:
     """Kinds of the findings a rank sends to rank 0 over the rank channel
     (:func:`mmsafe.engine.rank_channel.share_finding`)."""
@@ -139,6 +154,8 @@ class GuardOutputs:
             part chosen at run time (a config pattern, ...).
         findings (tuple[str]): kinds of its rank-channel findings, with
             ``{}`` as in ``scalars``.
+        sync (tuple[str]): the names it posts to the monitor sync, with
+            ``{}`` as in ``scalars``.
     """
     guard: str
     section: str
@@ -146,6 +163,7 @@ class GuardOutputs:
     counters: Tuple[str, ...] = ()
     scalars: Tuple[str, ...] = ()
     findings: Tuple[str, ...] = ()
+    sync: Tuple[str, ...] = ()
 
 
 GUARD_OUTPUTS: List[GuardOutputs] = [
@@ -160,7 +178,8 @@ GUARD_OUTPUTS: List[GuardOutputs] = [
         'EmptyBatchSyncHook', Section.EMPTY_BATCHES,
         events=(Event.EMPTY_BATCH, ),
         counters=(Counter.EMPTY_BATCH, ),
-        findings=(Finding.EMPTY_BATCH, )),
+        findings=(Finding.EMPTY_BATCH, ),
+        sync=(Sync.EMPTY_BATCH, )),
     GuardOutputs(
         'DataLoaderProbeHook', Section.LOADER_FALLBACKS,
         events=(Event.DATALOADER_PROBE, Event.DATALOADER_FALLBACK,
@@ -177,7 +196,8 @@ GUARD_OUTPUTS: List[GuardOutputs] = [
                 Event.MACL_CHANCE, Event.MACL_CONTROL),
         counters=(Counter.MACL_CHECK, ),
         scalars=(Scalar.MACL_CHANCE_RATIO, ),
-        findings=(Finding.MACL_PROBLEM, )),
+        findings=(Finding.MACL_PROBLEM, ),
+        sync=(Sync.MACL_CHECK, )),
     GuardOutputs(
         'MACLHead', Section.MACL_CHECK,
         counters=(Counter.MACL, )),
@@ -197,7 +217,8 @@ GUARD_OUTPUTS: List[GuardOutputs] = [
     GuardOutputs(
         'PreemptionHook', Section.PREEMPTION,
         events=(Event.PREEMPTED, ),
-        counters=(Counter.PREEMPTION, )),
+        counters=(Counter.PREEMPTION, ),
+        sync=(Sync.PREEMPTION_REQUEST, )),
     GuardOutputs(
         'mmsafe.checkpoint.resume', Section.RESUMES,
         events=(Event.RESUME, Event.RESUME_SKIPPED_CHECKPOINT),
@@ -213,16 +234,19 @@ GUARD_OUTPUTS: List[GuardOutputs] = [
     GuardOutputs(
         'ValidInstanceResampleHook', Section.OTHER,
         events=(Event.INSTANCE_RESAMPLE, ),
-        counters=(Counter.VALID_INSTANCE_RESAMPLE, )),
+        counters=(Counter.VALID_INSTANCE_RESAMPLE, ),
+        sync=(Sync.RESAMPLED, )),
     GuardOutputs(
         'LossDictLintHook', Section.OTHER,
         events=(Event.LOSS_DICT_LINT, ),
         counters=(Counter.LOSS_DICT_LINT, ),
-        findings=(Finding.LOSS_DICT_LINT, )),
+        findings=(Finding.LOSS_DICT_LINT, ),
+        sync=(Sync.LOSS_DICT_FINDINGS, )),
     GuardOutputs(
         'ScalarBandsHook', Section.OTHER,
         events=(Event.BAND_VIOLATION, Event.BAND_STOP),
-        counters=(Counter.SCALAR_BANDS, )),
+        counters=(Counter.SCALAR_BANDS, ),
+        sync=(Sync.BAND_STOP, )),
     GuardOutputs(
         'SkipAwareParamSchedulerHook', Section.OTHER,
         counters=(Counter.PARAM_SCHEDULER, )),
@@ -244,7 +268,7 @@ def declare_guard(outputs: GuardOutputs) -> None:
     a no-op; a name another guard declares is refused."""
     if outputs in GUARD_OUTPUTS:
         return
-    for kind in ('events', 'counters', 'scalars', 'findings'):
+    for kind in ('events', 'counters', 'scalars', 'findings', 'sync'):
         for name in getattr(outputs, kind):
             owner = _owner(kind, name)
             if owner is not None:

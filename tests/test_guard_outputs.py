@@ -4,9 +4,10 @@ named, and nothing outside it is emitted.
 
 * at run time, ``write_event``/``update_counters``/``update_scalar``/
   ``share_finding`` refuse a name the table does not declare;
-* a source scan (AST) of ``mmsafe/``: every call of these passes a constant
-  of the table (no string spelled at the call), and no code publishes a
-  scalar past ``update_scalar``;
+* a source scan (AST) of ``mmsafe/``: every call of these, and every name
+  a guard declares or posts in the monitor sync, is a constant of the
+  table (no string spelled at the call), and no code publishes a scalar
+  past ``update_scalar``;
 * every constant is declared by exactly one guard, and used;
 * the safety report files each output under its guard's section.
 """
@@ -24,10 +25,12 @@ from mmsafe.events import (read_events, update_counters, update_scalar,
 from tests.utils import REPO_ROOT
 
 NAMESPACES = {'events': go.Event, 'counters': go.Counter,
-              'scalars': go.Scalar, 'findings': go.Finding}
+              'scalars': go.Scalar, 'findings': go.Finding, 'sync': go.Sync}
 # function -> index of the argument that names the output
 EMITTERS = {'write_event': 1, 'update_counters': 0, 'update_scalar': 1,
             'share_finding': 0}
+# methods of the monitor sync that name a value
+SYNC_METHODS = ('declare', 'post')
 
 
 def _constants(namespace):
@@ -74,14 +77,15 @@ def _names_a_constant(node: ast.AST, bound: dict) -> bool:
         while isinstance(root, ast.Attribute):
             root = root.value
         return isinstance(root, ast.Name) and root.id in (
-            'Event', 'Counter', 'Scalar', 'Finding')
+            'Event', 'Counter', 'Scalar', 'Finding', 'Sync')
     return False
 
 
 def emissions(source: str, path: str):
     """``(line, function, argument is a table constant)`` of every call of
-    an emitter in ``source``; ``(line, 'hub.update_scalar', False)`` for a
-    scalar published past ``update_scalar``."""
+    an emitter and of a monitor sync's ``declare``/``post`` in ``source``;
+    ``(line, 'hub.update_scalar', False)`` for a scalar published past
+    ``update_scalar``."""
     tree = ast.parse(source, path)
     bound = {t.id: node.value for node in tree.body
              if isinstance(node, ast.Assign) for t in node.targets
@@ -99,6 +103,11 @@ def emissions(source: str, path: str):
         elif isinstance(func, ast.Attribute) and \
                 func.attr == 'update_scalar':
             found.append((node.lineno, 'hub.update_scalar', False))
+        elif isinstance(func, ast.Attribute) and \
+                func.attr in SYNC_METHODS and \
+                ast.unparse(func.value).endswith('sync'):
+            found.append((node.lineno, f'sync.{func.attr}', bool(
+                node.args) and _names_a_constant(node.args[0], bound)))
     return found
 
 
@@ -126,9 +135,11 @@ def test_the_scan_catches_a_spelled_out_or_undeclared_output():
               "    write_event(runner.work_dir, 'step_skip')\n"
               '    write_event(runner.work_dir, OTHER)\n'
               "    update_counters(f'guard_{1}')\n"
-              "    hub.update_scalar('train/x', 1)\n")
+              "    hub.update_scalar('train/x', 1)\n"
+              "    self._sync.post(Sync.MACL_CHECK.format('seen'), 1.0)\n"
+              "    runner.monitor_sync.declare('my/value')\n")
     assert [ok for _, _, ok in emissions(source, 'x.py')] == [
-        True, True, False, False, False, False]
+        True, True, False, False, False, False, True, False]
 
 
 def test_every_constant_is_declared_by_one_guard_and_used():

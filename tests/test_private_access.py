@@ -71,7 +71,8 @@ THIRD_PARTY = {
     ('mmsafe/engine/hang_watchdog/stacks.py', 'sys', '_current_frames'):
         'public API of the standard library',
     ('mmsafe/engine/loops.py', 'infinite', '_iterator'):
-        "the DataLoader iterator inside MMEngine's _InfiniteDataloaderIterator",
+        'the DataLoader iterator inside MMEngine\'s '
+        '_InfiniteDataloaderIterator',
     ('mmsafe/engine/macl_check/signals.py', 'p', '_version'):
         "a tensor's in-place version counter",
     ('mmsafe/engine/optimizers/amp_nan_skip_optim_wrapper.py',

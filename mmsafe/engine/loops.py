@@ -23,9 +23,10 @@ and the report at the end of that replay. Without a plan both loops are
 MMEngine's.
 
 **Another loader for a loop** (:func:`replace_loop_loader`, used by
-:class:`~mmsafe.engine.hooks.DataLoaderProbeHook`): MMEngine's loops read their batches from the ``dataloader`` attribute
-(``EpochBasedTrainLoop``, ``ValLoop``, ``TestLoop``: ``for data_batch in
-self.dataloader``); ``IterBasedTrainLoop`` reads them from its
+:class:`~mmsafe.engine.hooks.DataLoaderProbeHook`): MMEngine's loops read
+their batches from the ``dataloader`` attribute (``EpochBasedTrainLoop``,
+``ValLoop``, ``TestLoop``: ``for data_batch in self.dataloader``);
+``IterBasedTrainLoop`` reads them from its
 ``dataloader_iterator`` attribute, an ``_InfiniteDataloaderIterator``
 built on ``dataloader`` in its constructor. Both are plain attributes of
 the loop; :func:`replace_loop_loader` sets them and changes no method.

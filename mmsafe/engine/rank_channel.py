@@ -43,9 +43,9 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from mmsafe.guard_outputs import owner_of
 from mmsafe.compat import default_store_address
 from mmsafe.events import log
+from mmsafe.guard_outputs import owner_of
 
 #: Exit code of a rank that ends itself because another rank failed.
 PEER_FAILURE_EXIT_CODE = 1
@@ -65,6 +65,20 @@ _ACTIVE: List['RankChannel'] = []
 def active_channel() -> Optional['RankChannel']:
     """The channel of this process's run, if one is open."""
     return _ACTIVE[-1] if _ACTIVE else None
+
+
+def failed_party(record: Dict[str, Any]) -> str:
+    """Who a failure record (``publish_failure``) is about: ``'rank R'``,
+    or ``'the rendezvous store'`` when it names no rank."""
+    failed = record.get('rank')
+    return 'the rendezvous store' if failed is None else f'rank {failed}'
+
+
+def failure_place(record: Dict[str, Any]) -> str:
+    """Where the failure of ``record`` happened, for a log line:
+    ``' in iteration N'``, or ``''`` when unknown."""
+    it = record.get('iter')
+    return '' if it is None else f' in iteration {it}'
 
 
 def _is_power_of_two(count: int) -> bool:
@@ -325,10 +339,9 @@ class RankChannel:
     def _end_process(self, record: Dict[str, Any]) -> None:
         if not self.active:
             return  # the main thread left its run (failing on its own)
-        who = ('the rendezvous store' if record.get('rank') is None else
-               f'rank {record.get("rank")}')
         log(f'rank {self.rank} ends its process (exit code '
-            f'{PEER_FAILURE_EXIT_CODE}): {who} failed {self.grace:g} s ago '
+            f'{PEER_FAILURE_EXIT_CODE}): {failed_party(record)} failed '
+            f'{self.grace:g} s ago '
             'and this rank is still inside its run (waiting for the failed '
             'rank in a collective, or busy without it); waiting out the '
             'distributed timeout would change nothing.', logging.ERROR)

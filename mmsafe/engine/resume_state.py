@@ -239,7 +239,8 @@ class ResumePlan:
                if replayed else '')
         log(f'resumed from {self.checkpoint} at {where}{how}: {verdict}.',
             level)
-        update_counters(Counter.RESUME_CONTINUATION, checkpoint=self.checkpoint,
+        update_counters(Counter.RESUME_CONTINUATION,
+                        checkpoint=self.checkpoint,
                         epoch=self.epoch, iter=self.iter,
                         batches_in_epoch=self.batches_in_epoch,
                         exact=self.exact, reasons=list(self.reasons))

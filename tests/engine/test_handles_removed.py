@@ -4,8 +4,8 @@ The CPU demo detector trains 4 iterations with every guard of
 ``configs/_base_/safety_runtime.py`` and ``NaNSkipOptimWrapper``;
 :class:`tests.engine.handle_toys.HandleCensusHook` (last of all hooks)
 counts the module hooks of the model, the optimizer's step hooks, the
-signal handlers and mmsafe's threads before the run (first of all hooks), after the first
-iteration and after the run.
+signal handlers and mmsafe's threads before the run (first of all hooks),
+after the first iteration and after the run.
 """
 import json
 import os.path as osp

@@ -13,12 +13,12 @@ from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding
+from mmsafe.guard_outputs import Counter, Event, Finding, Sync
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
 # The monitor-sync name of this hook, and the skip reason it gives the
 # optimizer wrapper.
-EMPTY_BATCH = Event.EMPTY_BATCH
+EMPTY_BATCH = Sync.EMPTY_BATCH
 
 
 def _num_instances(sample: Any) -> Optional[int]:

@@ -193,7 +193,8 @@ class EvalCoverageHook(Hook):
                        'a different number of samples than the dataset '
                        'holds: check that evaluate() drops the sampler\'s '
                        'padding (collect_results(results, size))'))
-        update_counters(Counter.EVAL_COVERAGE, evaluations=self.num_evaluations,
+        update_counters(Counter.EVAL_COVERAGE,
+                        evaluations=self.num_evaluations,
                         errors=self.num_errors + len(problems),
                         identical=self.num_identical)
         if problems:

@@ -15,7 +15,7 @@ from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
 from mmsafe.engine.first_batch_stats import (PairAlignment, analyse_batch,
-                                       visualize_pairs)
+                                             visualize_pairs)
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event

@@ -6,8 +6,8 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter, Heartbeat,
-                                    WatchdogThread)
+from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter,
+                                         Heartbeat, WatchdogThread)
 from mmsafe.engine.hang_watchdog import heartbeat as ph
 from mmsafe.engine.hang_watchdog.marks import PhaseMarks
 

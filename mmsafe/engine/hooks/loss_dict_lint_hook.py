@@ -13,10 +13,10 @@ from mmsafe.engine.loss_dict_lint.weight_probe import probe_loss_weights
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding
+from mmsafe.guard_outputs import Counter, Event, Finding, Sync
 from mmsafe.events import log, update_counters, write_event
 
-_FINDINGS = 'loss_dict_lint/findings'
+_FINDINGS = Sync.LOSS_DICT_FINDINGS
 _POLICIES = ('warn', 'raise')
 
 

@@ -8,16 +8,15 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 from mmsafe.dist import get_world_size
 from mmsafe.engine.macl_check.signals import (PROBLEMS, HeadReach,
-                                                 LossLiveness, WindowMean,
-                                                 chance_ratio, find_macl_head)
+                                              LossLiveness, WindowMean,
+                                              chance_ratio, find_macl_head)
 from mmsafe.engine.macl_check.verdicts import MACLVerdicts
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import batch_file_names, log_once, update_scalar
-from mmsafe.guard_outputs import Scalar
+from mmsafe.guard_outputs import Scalar, Sync
 
 _POLICIES = ('warn', 'raise')
-_PREFIX = 'macl_check/'
 # Values every rank posts to the monitor sync (declared in before_run).
 _NAMES = ('seen', ) + PROBLEMS + ('ratio_sum', 'ratio_count', 'gap_sum',
                                    'gap_count')
@@ -146,7 +145,7 @@ class MACLCheckHook(Hook):
     def before_run(self, runner) -> None:
         self._sync = monitor_sync_of(runner)
         for name in _NAMES:
-            self._sync.declare(_PREFIX + name)
+            self._sync.declare(Sync.MACL_CHECK.format(name))
 
     def before_train(self, runner) -> None:
         model = unwrap_model(runner.model)
@@ -213,33 +212,36 @@ class MACLCheckHook(Hook):
         if value is not None and math.isfinite(value):
             ratio = self._chance_ratio(runner, outputs, value, data_batch)
         problems = self._liveness.problems(value, ratio)
-        sync.post(_PREFIX + 'seen', 1.0)
+        sync.post(Sync.MACL_CHECK.format('seen'), 1.0)
         for name in PROBLEMS:
-            sync.post(_PREFIX + name, 1.0 if name in problems else 0.0)
+            sync.post(Sync.MACL_CHECK.format(name),
+                      1.0 if name in problems else 0.0)
         for name in problems:
             self._verdicts.local(runner.work_dir, name, iteration,
                                  batch_file_names(data_batch))
         for key, found in (('ratio', ratio), ('gap', self._logged_value(
                 runner, outputs, 'macl_pair_gap'))):
             if found is not None and math.isfinite(found):
-                sync.post(_PREFIX + key + '_sum', found)
-                sync.post(_PREFIX + key + '_count', 1.0)
+                sync.post(Sync.MACL_CHECK.format(key + '_sum'), found)
+                sync.post(Sync.MACL_CHECK.format(key + '_count'), 1.0)
         # Every rank, every iteration: a collective only when due.
         if sync.sync(runner):
             if self._reach is not None and self._reach.unreached():
                 # Posted after its sync: counted at the next one.
-                sync.post(_PREFIX + 'unreached', 1.0)
+                sync.post(Sync.MACL_CHECK.format('unreached'), 1.0)
                 self._verdicts.local(runner.work_dir, 'unreached',
                                      iteration, [])
             self._evaluate(runner, sync, iteration, data_batch)
 
     def _evaluate(self, runner, sync, iteration: int, data_batch) -> None:
-        last = lambda name: sync.last(_PREFIX + name)  # noqa: E731
+        def last(name: str) -> float:
+            return sync.last(Sync.MACL_CHECK.format(name))
+
         found = {name: int(last(name)) for name in PROBLEMS if last(name)}
         if found:
             ranks = set()
             for name in found:
-                named = sync.last_ranks(_PREFIX + name)
+                named = sync.last_ranks(Sync.MACL_CHECK.format(name))
                 ranks = None if named is None or ranks is None else \
                     ranks | set(named)
             self._verdicts.problems(runner.work_dir, iteration, found,

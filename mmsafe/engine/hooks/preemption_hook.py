@@ -16,7 +16,7 @@ from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, Sync
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -30,7 +30,7 @@ DEFAULT_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1', 'SIGBREAK')
 #: is signalled, whatever its workers did).
 EXIT_CODE_FILE_ENV = 'MMSAFE_EXIT_CODE_FILE'
 
-REQUEST = 'preemption/request'
+REQUEST = Sync.PREEMPTION_REQUEST
 
 # Handlers to put back in a process forked while a PreemptionHook's are
 # installed: a forked child (a metric's multiprocessing pool, ...) must end

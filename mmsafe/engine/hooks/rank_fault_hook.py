@@ -9,8 +9,8 @@ from mmdet.registry import HOOKS
 from mmsafe.compat import ddp_reduction_check
 from mmsafe.dist import get_rank, get_world_size, is_distributed
 from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
-                                               names_for_indices,
-                                               parameter_indices)
+                                                 names_for_indices,
+                                                 parameter_indices)
 from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
@@ -80,10 +80,10 @@ class RankFaultHook(Hook):
       reported too.
     * **When DDP fails** with "Expected to have finished reduction in the
       prior iteration ..." (parameters that got no gradient on a rank) or
-      "... marked as ready twice", :meth:`explain_failure` turns PyTorch's message
-      into one that names the rank, the iteration, the loss terms of that
-      rank in that iteration compared with its earlier iterations and with
-      the other ranks, the modules whose parameters got no gradient (names,
+      "... marked as ready twice", :meth:`explain_failure` turns PyTorch's
+      message into one that names the rank, the iteration, the loss terms
+      of that rank in that iteration compared with its earlier iterations
+      and with the other ranks, the modules whose parameters got no gradient (names,
       from DDP's parameter indices: no ``TORCH_DISTRIBUTED_DEBUG`` needed)
       and the fix. SafeRunner raises it in place of PyTorch's error and
       puts it into ``safety_report.json``.
@@ -190,7 +190,8 @@ class RankFaultHook(Hook):
         if count > 8 and count & (count - 1):
             return  # a flapping loss dict: reported at powers of two
         files = self._files() if not change['restored'] else []
-        write_event(self._work_dir, Event.RANK_FAULT_LOSS_TERMS, **change, files=files)
+        write_event(self._work_dir, Event.RANK_FAULT_LOSS_TERMS, **change,
+                    files=files)
         if change['restored']:
             message = (f'rank {rank}, iteration {it}: the loss dict is back '
                        f'to its usual terms ({_join(change["keys"])}).')

@@ -218,7 +218,7 @@ class SafetyReport:
         # completed iterations (the hub's 'iter' is the current index)
         epoch, it, max_iters = train_progress(runner)
         preemption = runner.message_hub.get_info(INFO_PREFIX +
-                                                  Counter.PREEMPTION)
+                                                 Counter.PREEMPTION)
         if preemption:  # the loop stopped inside its last iteration
             epoch, it = preemption.get('epoch', epoch), preemption.get(
                 'iter', it)
@@ -294,7 +294,6 @@ class SafetyReport:
                     f'rank{r}: {_short(v)}' for r, v in per_rank.items()) +
                              '] (differs across ranks)')
         return '; '.join(parts) if parts else 'none'
-
 
 
 def _short(values: Any, limit: int = 6) -> str:

@@ -15,10 +15,10 @@ from mmsafe.dist import (all_gather_object, all_reduce_sum,
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.runner import StopTraining
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, Sync
 from mmsafe.events import log, update_counters, write_event
 
-STOP_VOTE = 'scalar_bands/stop'
+STOP_VOTE = Sync.BAND_STOP
 
 ACTIONS = ('warn', 'stop')
 _STAGE_PREFIXES = ('train/', 'val/', 'test/')

@@ -59,6 +59,7 @@ class SkipAwareParamSchedulerHook(ParamSchedulerHook):
                     'optimizer step was skipped; it advances with applied '
                     'updates only (held iterations: mmsafe/param_scheduler '
                     'in the message hub).')
-            update_counters(Counter.PARAM_SCHEDULER, held_iters=self.held_iters)
+            update_counters(Counter.PARAM_SCHEDULER,
+                            held_iters=self.held_iters)
             return
         super().after_train_iter(runner, batch_idx, data_batch, outputs)

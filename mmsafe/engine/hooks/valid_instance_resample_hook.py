@@ -11,10 +11,10 @@ from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
                                                      RESAMPLED_FROM_PATH)
 from mmsafe.dist import get_world_size
 from mmsafe.engine.monitor_sync import monitor_sync_of
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, Sync
 from mmsafe.events import log, update_counters, write_event
 
-RESAMPLED = 'valid_instance_resample/resampled'
+RESAMPLED = Sync.RESAMPLED
 
 
 @HOOKS.register_module()

@@ -1,12 +1,10 @@
 """Structural and numeric lint of a loss dict (as ``parse_losses`` reads
 it: every key containing ``'loss'`` is summed, the others only logged)."""
 import itertools
-from typing import Dict, List, Optional
-
-import torch
+from typing import Dict, List
 
 from mmsafe.engine.loss_graph import (as_tensors, is_close, scalar_of,
-                                     walk_autograd)
+                                      walk_autograd)
 
 
 def depends_on(roots, targets: Dict[int, List[str]], own: str,

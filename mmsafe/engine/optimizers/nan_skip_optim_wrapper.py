@@ -350,4 +350,3 @@ class NaNSkipOptimWrapper(OptimWrapper):
             self.recent_bad.clear()
             self.recent_bad.extend(guard.get('recent_bad', []))
         super().load_state_dict(state_dict)
-

@@ -1,6 +1,8 @@
 """The errors that end a distributed run when one rank fails."""
 from typing import Any, Dict
 
+from mmsafe.engine.rank_channel import failed_party, failure_place
+
 _COMMUNICATION_MARKERS = (
     'gloo', 'nccl', 'connection closed', 'connection reset', 'broken pipe',
     'timed out', 'timeout', 'processgroup', 'socket', 'peer',
@@ -30,13 +32,12 @@ class PeerRankFailedError(RuntimeError):
                  own: Any = None) -> None:
         self.record = record
         failed = record.get('rank')
-        where = (f' in iteration {record["iter"]}'
-                 if record.get('iter') is not None else '')
         if failed is None:
             head = (f'[mmsafe] rank {rank} stopped: '
                     f'{record.get("message")}.')
         else:
-            head = (f'[mmsafe] rank {failed} failed{where}, so rank {rank} '
+            head = (f'[mmsafe] {failed_party(record)} failed'
+                    f'{failure_place(record)}, so rank {rank} '
                     'could not go on')
             if own is not None:
                 first = str(own).strip().splitlines()[0] if str(own) else ''

@@ -33,7 +33,8 @@ from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, explain_refusals,
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.monitor_sync import MonitorSync
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
-from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, RankChannel
+from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE, RankChannel,
+                                        failed_party, failure_place)
 from mmsafe.engine.utils import train_progress
 from mmsafe.guard_outputs import Event
 from mmsafe.events import log, write_event
@@ -88,7 +89,10 @@ class SafeRunner(Runner):
       :class:`~mmsafe.engine.runner.errors.PeerRankFailedError` naming that
       rank's error; any other error is raised unchanged. Each is told to
       the other ranks, handed to the hooks' crash reports and raised
-      (PyTorch's error as the ``__cause__``).
+      (PyTorch's error as the ``__cause__``). A rank still inside its run
+      ``mmsafe_peer_grace`` seconds (config key, default 10) after another
+      rank failed ends itself, instead of waiting out the distributed
+      timeout.
 
     Hooks take part in a failure through two optional methods, which the
     runner looks up on every registered hook (no hook class is named
@@ -100,9 +104,7 @@ class SafeRunner(Runner):
       for DDP's parameter errors);
     * ``report_crash(runner, exc, root_cause=None)``: called on every hook
       that has it, once the error to raise is known
-      (:class:`~mmsafe.engine.hooks.SafetyReportHook` writes its report). A rank still inside its run ``mmsafe_peer_grace``
-      seconds (config key, default 10) after another rank failed ends
-      itself, instead of waiting out the distributed timeout.
+      (:class:`~mmsafe.engine.hooks.SafetyReportHook` writes its report).
 
     Arguments are those of :class:`mmengine.runner.Runner`.
     """
@@ -369,11 +371,8 @@ class SafeRunner(Runner):
         launcher may end this process any moment."""
         if get_rank() != 0:
             return
-        failed = record.get('rank')
-        who = 'the rendezvous store' if failed is None else f'rank {failed}'
-        where = (f' in iteration {record["iter"]}'
-                 if record.get('iter') is not None else '')
-        log(f'{who} failed{where}: {record.get("type")}: '
+        log(f'{failed_party(record)} failed{failure_place(record)}: '
+            f'{record.get("type")}: '
             f'{record.get("message")}', logging.ERROR)
         channel = self.rank_channel
         if channel is not None and channel.active:
