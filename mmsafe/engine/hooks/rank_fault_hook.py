@@ -83,10 +83,11 @@ class RankFaultHook(Hook):
       "... marked as ready twice", :meth:`explain_failure` turns PyTorch's
       message into one that names the rank, the iteration, the loss terms
       of that rank in that iteration compared with its earlier iterations
-      and with the other ranks, the modules whose parameters got no gradient (names,
-      from DDP's parameter indices: no ``TORCH_DISTRIBUTED_DEBUG`` needed)
-      and the fix. SafeRunner raises it in place of PyTorch's error and
-      puts it into ``safety_report.json``.
+      and with the other ranks, the modules whose parameters got no
+      gradient (names, from DDP's parameter indices: no
+      ``TORCH_DISTRIBUTED_DEBUG`` needed) and the fix. SafeRunner raises
+      it in place of PyTorch's error and puts it into
+      ``safety_report.json``.
 
     Args:
         policy (str): ``'warn'`` (default) reports a changed loss dict;
