@@ -11,8 +11,7 @@ from mmengine.fileio import exists, get, get_text, list_from_file
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 from mmsafe.events import log
-from .pipeline_check import assert_paired_pipeline
-from .transforms import paired_pipeline
+from .transforms.compose import assert_paired_pipeline, paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side,
                       raise_missing_annotations)

@@ -15,8 +15,7 @@ from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side,
                       raise_missing_annotations)
 from .synthetic_llvip import ensure_synthetic_llvip
-from .pipeline_check import assert_paired_pipeline
-from .transforms import paired_pipeline
+from .transforms.compose import assert_paired_pipeline, paired_pipeline
 
 DEFAULT_PREFIX = dict(
     img='visible/train/', ir_img='infrared/train/', ann='Annotations/')
@@ -46,8 +45,9 @@ class LLVIPDataset(BaseDetDataset):
     and the first files are named) unless ``on_missing_pair='skip'``, which
     drops it and logs how many were dropped. A pipeline with a geometric or
     mix transform acting on one modality only is refused at build time too
-    (:mod:`mmsafe.datasets.pipeline_check`), and every step is watched at
-    run time (:class:`~mmsafe.datasets.transforms.PairedCompose`).
+    (:func:`~mmsafe.datasets.transforms.compose.paired_pipeline`), and
+    every step is watched at run time
+    (:class:`~mmsafe.datasets.transforms.PairedCompose`).
 
     Args:
         ann_file (str): optional ImageSets file, one stem (or file name) per

@@ -12,8 +12,7 @@ from mmengine.dataset import BaseDataset, Compose
 from mmengine.fileio import exists, get_local_path
 
 from mmdet.registry import DATASETS
-from .pipeline_check import assert_paired_pipeline
-from .transforms import paired_pipeline
+from .transforms.compose import assert_paired_pipeline, paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side)
 

@@ -1,5 +1,5 @@
 """Paired (visible + infrared) transforms."""
-from .compose import PairedCompose, PairGeometryError
+from .compose import PairedCompose, PairGeometryError, paired_pipeline
 from .formatting import PackPairedDetInputs
 from .paired_geometric import (PairedFixShapeResize, PairedGeometric,
                                PairedGeometryMixin, PairedPad,
@@ -20,23 +20,3 @@ __all__ = [
     'PairedCompose', 'PairGeometryError', 'paired_pipeline',
     'LoadImageFromFileReduced', 'DecodeAwareResize', 'KeepFreedMemory'
 ]
-
-
-def paired_pipeline(pipeline, owner: str) -> PairedCompose:
-    """Check a paired dataset's pipeline statically and return it as a
-    :class:`PairedCompose` (the run-time check).
-
-    Args:
-        pipeline (Compose | Sequence): the built pipeline or its configs.
-        owner (str): the dataset, named in the errors.
-
-    Raises:
-        UnpairedTransformError: a transform would move or mix one modality
-            only (see :mod:`mmsafe.datasets.pipeline_check`).
-    """
-    from ..pipeline_check import assert_paired_pipeline
-    from .reduced_jpeg_decode import check_pipeline
-    transforms = list(getattr(pipeline, 'transforms', pipeline) or [])
-    assert_paired_pipeline(transforms, owner)
-    check_pipeline(transforms, owner)
-    return PairedCompose(transforms, owner=owner)

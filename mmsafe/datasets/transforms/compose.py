@@ -1,13 +1,23 @@
-"""A pipeline that checks, step by step, that both modalities keep one
-geometry."""
-from typing import Any, Callable, Optional, Sequence, Union
+"""The pipeline of a paired dataset: checked from its transforms when it is
+built (:func:`paired_pipeline`), and step by step, that both modalities
+keep one geometry, when it runs (:class:`PairedCompose`)."""
+from typing import Any, Callable, List, Optional, Sequence, Union
 
+from mmcv.transforms import RandomChoiceResize, RandomResize
+from mmcv.transforms import Resize as MMCV_Resize
 from mmengine.dataset import Compose
 
 from .geometry_record import (BOTH, INFRARED, LOG_KEY, VISIBLE,
                               describe_log, flipped_copy, is_pair_aware,
                               log_step, record_step, same_geometry,
                               visible_geometry)
+from .paired_geometric import PairedGeometric, PairedGeometryMixin
+from .pairing_rules import (MIX_ADVICE, UnpairedTransformError, alternative,
+                            held_transform, mix_classes,
+                            modality_inner_problem, moves_image,
+                            paired_geometric_inner_problem,
+                            resolve_transform)
+from .photometric import ModalityTransform
 
 
 class PairGeometryError(RuntimeError):
@@ -28,7 +38,7 @@ class PairedCompose(Compose):
     untouched (or the other way round), the sample is refused with
     :class:`PairGeometryError` naming the step. A step that moves both
     images (a user's own paired transform) is recorded as a step of both.
-    A mix transform is refused (see :mod:`mmsafe.datasets.pipeline_check`).
+    A mix transform is refused (see :mod:`.pairing_rules`).
 
     Nothing is changed in a healthy sample: the watch reads shapes, object
     identities and the recorded homography only.
@@ -69,7 +79,6 @@ class PairedCompose(Compose):
                 f"infrared={data.get('ir_img_path')}")
 
     def _refuse_mix(self, index: int, t: Any, data: dict) -> None:
-        from ..pipeline_check import MIX_ADVICE, mix_classes
         if isinstance(t, mix_classes()):
             raise PairGeometryError(
                 f'{self.owner}: {self._name(index, t)} mixes several '
@@ -119,10 +128,100 @@ class PairedCompose(Compose):
                 log_step(data, type(t).__name__, BOTH)
 
     def _raise(self, name: str, t: Any, data: dict, what: str) -> None:
-        from ..pipeline_check import alternative
         raise PairGeometryError(
             f'{self.owner}: {name} {what} (sample {self._files(data)}); '
             'the pair no longer lines up. Fix: '
             f'{alternative(t)}; only photometric transforms may act on one '
             'modality, inside ModalityTransform. Steps: '
             f'{describe_log(data)}')
+
+
+def pipeline_problems(transforms: Sequence[Any],
+                      where: str = 'pipeline') -> List[str]:
+    """Every transform of a paired pipeline that would move or mix one
+    modality only.
+
+    Args:
+        transforms (Iterable): built transforms or their configs.
+        where (str): how to name the pipeline in the messages
+            (``'train_dataloader.dataset.pipeline'``).
+
+    Returns:
+        list[str]: one message per problem (empty: the pipeline is fine).
+    """
+    problems = []
+    for index, transform in enumerate(transforms):
+        cls, name = resolve_transform(transform)
+        loc = f'{where}[{index}] {name}'
+        if cls is None:
+            continue
+        if issubclass(cls, ModalityTransform):
+            modality = (transform.get('modality') if isinstance(
+                transform, dict) else getattr(transform, 'modality', '?'))
+            problem = modality_inner_problem(held_transform(transform),
+                                             modality)
+        elif issubclass(cls, PairedGeometric):
+            problem = paired_geometric_inner_problem(
+                held_transform(transform))
+        else:
+            why = moves_image(transform)
+            problem = None if why is None else (
+                f'{why} and acts on the visible image ("img") only: the '
+                'infrared image would keep its geometry, so the pair (and '
+                f'its boxes) would no longer line up. Fix: '
+                f'{alternative(transform)}.')
+        if problem:
+            problems.append(f'{loc}: {problem}')
+    return problems
+
+
+def assert_paired_pipeline(transforms: Sequence[Any], owner: str) -> None:
+    """Raise :class:`UnpairedTransformError` naming every problem of a
+    paired pipeline (see :func:`pipeline_problems`)."""
+    problems = pipeline_problems(transforms)
+    if problems:
+        raise UnpairedTransformError(
+            f'{owner}: the paired pipeline would break the visible/infrared '
+            f'pairing:\n  ' + '\n  '.join(problems) + '\nEvery geometric '
+            'transform must move both modalities (Paired* transforms, '
+            'PairedGeometric); ModalityTransform is for photometric ones.')
+
+
+def check_reduced_decode_resize(transforms: Sequence[Any],
+                                owner: str) -> None:
+    """Refuse a pipeline whose reduced-decoding loader has no paired resize
+    after it (nothing would fold the decode into ``scale_factor``, see
+    :mod:`.reduced_jpeg_decode`)."""
+    resizes = (MMCV_Resize, RandomResize, RandomChoiceResize)
+    for index, t in enumerate(transforms):
+        if getattr(t, 'reduced_decode', None) is None:
+            continue
+        if not any((isinstance(n, PairedGeometryMixin)
+                    and isinstance(n, resizes)) or
+                   (isinstance(n, PairedGeometric)
+                    and isinstance(n.inner, resizes))
+                   for n in transforms[index + 1:]):
+            raise ValueError(
+                f'{owner}: pipeline[{index}] {type(t).__name__} decodes '
+                'reduced (reduced_decode) but no paired resize '
+                '(PairedResize, PairedRandomResize, ...) follows it: '
+                'scale_factor would not reach the original size. Add the '
+                'resize or set reduced_decode=None.')
+
+
+def paired_pipeline(pipeline, owner: str) -> PairedCompose:
+    """Check a paired dataset's pipeline statically and return it as a
+    :class:`PairedCompose` (the run-time check).
+
+    Args:
+        pipeline (Compose | Sequence): the built pipeline or its configs.
+        owner (str): the dataset, named in the errors.
+
+    Raises:
+        UnpairedTransformError: a transform would move or mix one modality
+            only (see :func:`pipeline_problems`).
+    """
+    transforms = list(getattr(pipeline, 'transforms', pipeline) or [])
+    assert_paired_pipeline(transforms, owner)
+    check_reduced_decode_resize(transforms, owner)
+    return PairedCompose(transforms, owner=owner)

@@ -44,6 +44,7 @@ from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
                                        RandomFlip, Resize)
 from mmdet.registry import TRANSFORMS
 from .geometry_record import record_step, visible_geometry
+from .pairing_rules import check_paired_geometric_inner
 from .reduced_jpeg_decode import fold_decode, pending_decode
 from .same_size import SameSizeResizeMixin
 
@@ -246,7 +247,6 @@ class PairedGeometric(BaseTransform):
     pair_aware = True
 
     def __init__(self, transform) -> None:
-        from ..pipeline_check import check_paired_geometric_inner
         self.transform_cfg = copy.deepcopy(transform)
         self.inner = TRANSFORMS.build(transform) if isinstance(
             transform, dict) else transform

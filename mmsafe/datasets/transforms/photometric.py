@@ -7,6 +7,7 @@ from mmcv.transforms import BaseTransform
 
 from mmdet.registry import TRANSFORMS
 from .geometry_record import flipped_copy, homography, same_geometry
+from .pairing_rules import check_modality_inner
 
 MODALITIES = ('visible', 'infrared', 'both')
 _KEY = dict(visible='img', infrared='ir_img')
@@ -26,7 +27,7 @@ class ModalityTransform(BaseTransform):
 
     A geometric transform (``RandomFlip``, ``Resize``, ``RandomCrop``, ...),
     a mix transform, or a wrapper holding one is refused when this is built
-    (:class:`~mmsafe.datasets.pipeline_check.UnpairedTransformError`), and
+    (:class:`~.pairing_rules.UnpairedTransformError`), and
     at run time a transform that changes the image size, records a
     geometry (``homography_matrix``, ``flip``) or returns the image flipped
     is refused too: it would move one modality only.
@@ -45,7 +46,6 @@ class ModalityTransform(BaseTransform):
 
     def __init__(self, modality: str, transform,
                  restore_dtype: bool = True) -> None:
-        from ..pipeline_check import check_modality_inner
         if modality not in MODALITIES:
             raise ValueError(f'modality must be one of {MODALITIES}, got '
                              f'{modality!r}')

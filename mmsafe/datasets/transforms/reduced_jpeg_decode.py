@@ -275,26 +275,3 @@ def fold_decode(results: dict, pending: Optional[Any]) -> None:
     results['scale_factor'] = (sx * dx, sy * dy)
     if ORI_INSTANCES_KEY in results:
         results['instances'] = results.pop(ORI_INSTANCES_KEY)
-
-
-def check_pipeline(transforms: Sequence[Any], owner: str) -> None:
-    """Refuse a pipeline whose reduced-decoding loader has no paired resize
-    after it (nothing would fold the decode into ``scale_factor``)."""
-    from mmcv.transforms import RandomChoiceResize, RandomResize
-    from mmcv.transforms import Resize as MMCV_Resize
-    from .paired_geometric import PairedGeometric, PairedGeometryMixin
-    resizes = (MMCV_Resize, RandomResize, RandomChoiceResize)
-    for index, t in enumerate(transforms):
-        if getattr(t, 'reduced_decode', None) is None:
-            continue
-        if not any((isinstance(n, PairedGeometryMixin)
-                    and isinstance(n, resizes)) or
-                   (isinstance(n, PairedGeometric)
-                    and isinstance(n.inner, resizes))
-                   for n in transforms[index + 1:]):
-            raise ValueError(
-                f'{owner}: pipeline[{index}] {type(t).__name__} decodes '
-                'reduced (reduced_decode) but no paired resize '
-                '(PairedResize, PairedRandomResize, ...) follows it: '
-                'scale_factor would not reach the original size. Add the '
-                'resize or set reduced_decode=None.')
