@@ -182,4 +182,3 @@ def test_no_import_cycles():
         f'{len(cycles)} import cycle(s) among mmsafe\'s modules (each a '
         'strongly connected component, with its edges):\n' +
         '\n'.join(_describe(c, graph) for c in cycles))
-

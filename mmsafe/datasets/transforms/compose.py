@@ -1,7 +1,8 @@
 """The pipeline of a paired dataset: checked from its transforms when it is
 built (:func:`paired_pipeline`), and step by step, that both modalities
 keep one geometry, when it runs (:class:`PairedCompose`)."""
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import (Any, Callable, Iterable, List, Optional, Sequence,
+                    Union)
 
 from mmcv.transforms import RandomChoiceResize, RandomResize
 from mmcv.transforms import Resize as MMCV_Resize
@@ -136,7 +137,7 @@ class PairedCompose(Compose):
             f'{describe_log(data)}')
 
 
-def pipeline_problems(transforms: Sequence[Any],
+def pipeline_problems(transforms: Iterable[Any],
                       where: str = 'pipeline') -> List[str]:
     """Every transform of a paired pipeline that would move or mix one
     modality only.

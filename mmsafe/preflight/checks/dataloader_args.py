@@ -12,8 +12,8 @@ import os
 from typing import Dict, Iterator, Optional
 
 from mmsafe.datasets.loader.inflight_memory import (DEFAULT_PREFETCH,
-                                                   available_memory,
-                                                   local_processes)
+                                                    available_memory,
+                                                    local_processes)
 from ..context import PreflightContext
 from ..report import CheckRow
 
