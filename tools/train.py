@@ -129,7 +129,7 @@ def main(argv=None):
 
 def run(args):
     from mmdet.utils import setup_cache_size_limit_of_dynamo
-    from mmsafe.engine.rank_channel import ends_soon_after_error
+    from mmsafe.engine.runner.stop import ends_soon_after_error
     from mmsafe.tools_lib.cli import (build_runner, explained_unknown_types,
                                       release_process_group)
 

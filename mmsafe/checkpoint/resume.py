@@ -15,8 +15,10 @@ import pickle
 import zipfile
 from typing import Any, List, Optional, Tuple
 
+from mmengine.dist import is_main_process
+
+from mmsafe.events import INFO_PREFIX, log, update_counters, write_event
 from mmsafe.guard_outputs import Counter, Event
-from mmsafe.events import log
 from .trust import (UntrustedCheckpointError, explain_refusal,
                     load_checkpoint_file, refused_object)
 
@@ -108,9 +110,6 @@ def find_latest_loadable_checkpoint(path: str) -> Optional[str]:
 
 def _report_skipped(work_dir: str, skipped: List[Tuple[str, str]],
                     chosen: str) -> None:
-    from mmengine.dist import is_main_process
-
-    from mmsafe.events import write_event
     for path, problem in skipped:
         log(f'Skipping checkpoint {path} for auto-resume: it does not load '
              f'({problem}). Resuming from {chosen} instead.',
@@ -120,16 +119,11 @@ def _report_skipped(work_dir: str, skipped: List[Tuple[str, str]],
                         checkpoint=path, problem=problem, chosen=chosen)
 
 
-
-
 def record_resume(runner: Any, filename: str) -> None:
-    from mmengine.dist import is_main_process
-
-    from mmsafe.events import INFO_PREFIX, update_counters, write_event
     # The message hub was just restored from the checkpoint, so the count
     # carries over from earlier resumes of the same run.
-    previous = runner.message_hub.runtime_info.get(INFO_PREFIX + Counter.RESUME,
-                                                   {}) or {}
+    previous = runner.message_hub.runtime_info.get(
+        INFO_PREFIX + Counter.RESUME, {}) or {}
     count = int(previous.get('count', 0)) + 1
     update_counters(Counter.RESUME, count=count, last_checkpoint=filename,
                     last_iter=runner.iter, last_epoch=runner.epoch)

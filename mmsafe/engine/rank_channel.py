@@ -34,14 +34,13 @@ order by every listener. Keys live under ``mmsafe/channel/<attempt>/``, so
 a run that ``torchrun`` restarts does not read the records of the attempt
 before.
 """
-import contextlib
 import json
 import logging
 import os
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from mmsafe.compat import default_store_address
 from mmsafe.events import log
@@ -377,22 +376,6 @@ def end_process_after(seconds: float) -> None:
     timer = threading.Timer(seconds, _end)
     timer.daemon = True
     timer.start()
-
-
-@contextlib.contextmanager
-def ends_soon_after_error(cfg) -> Iterator[None]:
-    """For a tool's ``runner.train()``/``runner.test()``: an error leaving
-    the block arms :func:`end_process_after` with the config's
-    ``mmsafe_peer_grace`` (the error is raised unchanged)."""
-    from mmsafe.engine.runner.stop import TrainingPreempted
-    try:
-        yield
-    except TrainingPreempted:
-        raise  # a clean stop (checkpoint saved), not an error
-    except BaseException:
-        end_process_after(float(cfg.get('mmsafe_peer_grace',
-                                        DEFAULT_PEER_GRACE)))
-        raise
 
 
 def close_active_channel() -> None:

@@ -28,8 +28,10 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.dist import get_rank, get_world_size
+from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import log, update_counters, write_event
+from mmsafe.guard_outputs import Counter, Event
 from mmsafe.rng import RNGState
 
 #: Key of mmsafe's state in a checkpoint's ``meta``.
@@ -52,7 +54,6 @@ def rank_buffers(model) -> Dict[str, torch.Tensor]:
     does not broadcast buffers, so each rank keeps its own running
     statistics (BatchNorm, MACL's feature centres), and a checkpoint holds
     rank 0's only."""
-    from mmsafe.engine.utils import unwrap_model
     return {name: buf.detach().cpu().clone()
             for name, buf in unwrap_model(model).named_buffers()}
 
@@ -60,7 +61,6 @@ def rank_buffers(model) -> Dict[str, torch.Tensor]:
 def load_rank_buffers(model, buffers: Dict[str, torch.Tensor]) -> List[str]:
     """Copy ``buffers`` (:func:`rank_buffers`) into the model; returns the
     names the model does not have."""
-    from mmsafe.engine.utils import unwrap_model
     own = dict(unwrap_model(model).named_buffers())
     missing = []
     with torch.no_grad():
@@ -126,7 +126,6 @@ def loader_facts(loader) -> Dict[str, Any]:
 def run_fingerprint(runner) -> Dict[str, Any]:
     """World size, train dataset length, loader facts, seed, loop type and
     the flattened training config of ``runner``'s run."""
-    from mmsafe.dist import get_world_size
     loop = runner.train_loop
     loader = loop.dataloader
     return dict(
@@ -283,7 +282,6 @@ def plan_resume(runner, checkpoint: Dict[str, Any],
 
 
 def _plan(runner, checkpoint: Dict[str, Any], filename: str) -> ResumePlan:
-    from mmsafe.dist import get_rank
     meta = checkpoint.get('meta', {}) or {}
     state = meta.get(STATE_KEY)
     plan = ResumePlan(checkpoint=filename, epoch=int(meta.get('epoch', 0)),

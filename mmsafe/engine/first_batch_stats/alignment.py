@@ -12,6 +12,15 @@ is logged when the measurement ends.
 """
 from typing import Any, List, Optional
 
+from mmsafe.events import log
+from mmsafe.tools_lib.object_offsets import (FINDING, audit_offsets,
+                                             format_summary, offsets_message,
+                                             offsets_summary)
+from mmsafe.tools_lib.pair_alignment import (alignment_flag,
+                                             measure_alignment,
+                                             unrelated_message,
+                                             unrelated_pairs)
+
 
 def _pair_flag(kind: str, result: dict, message: str) -> dict:
     return dict(
@@ -53,8 +62,6 @@ class PairAlignment:
                 and 'infrared' in inputs):
             self.done = True  # not a paired model
             return []
-        from mmsafe.tools_lib.pair_alignment import (alignment_flag,
-                                                     measure_alignment)
         samples = list(data_batch.get('data_samples') or [])
         flags = []
         for i, (vis, ir) in enumerate(zip(inputs['visible'],
@@ -81,8 +88,6 @@ class PairAlignment:
         """Per-box offsets of one pair; its ``pair_objects_offset`` flag."""
         if sample is None:
             return []
-        from mmsafe.tools_lib.object_offsets import (FINDING, audit_offsets,
-                                                     offsets_message)
         offsets, found = audit_offsets(dict(visible=vis, infrared=ir),
                                        sample, self.max_offset)
         if offsets is None:
@@ -101,17 +106,12 @@ class PairAlignment:
             return []
         self.done = True
         if self.offsets:
-            from mmsafe.events import log
-            from mmsafe.tools_lib.object_offsets import (format_summary,
-                                                         offsets_summary)
             self.offset_summary = offsets_summary(
                 [dict(img_path=o['file'], offsets=o) for o in self.offsets])
             log('FirstBatchStatsHook: ' + format_summary(
                 self.offset_summary, max_folders=3) +
                 f' (first {len(self.results)} pairs; flag above '
                 f'{self.max_offset:g} px)')
-        from mmsafe.tools_lib.pair_alignment import (unrelated_message,
-                                                     unrelated_pairs)
         return [
             _pair_flag('pair_unrelated', self.results[i],
                        unrelated_message(self.results[i], self.results))

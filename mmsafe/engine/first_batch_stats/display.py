@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mmsafe.tools_lib.pair_vis import draw_pair
 from .batch import valid_crop
 
 
@@ -45,7 +46,6 @@ def visualize_pairs(visualizer: Any, pre: Any, captured: dict,
     """Send the first ``max_vis`` pairs of an analysed batch (see
     :func:`~.stats.analyse_batch`), with their boxes, to the visualizer as
     ``first_batch_pair_{i}`` images."""
-    from mmsafe.tools_lib.pair_vis import draw_pair
     meta = getattr(visualizer, 'dataset_meta', None) or {}
     classes = tuple(meta.get('classes', ()) or ())
     out, mods = captured['out'], captured['modalities']

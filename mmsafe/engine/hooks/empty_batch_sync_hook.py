@@ -10,6 +10,7 @@ from mmdet.registry import HOOKS
 from mmsafe.dist import (all_reduce_sum, get_rank,
                          get_world_size, is_distributed)
 from mmsafe.engine.monitor_sync import monitor_sync_of
+from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
@@ -118,7 +119,6 @@ class EmptyBatchSyncHook(Hook):
 
     def before_train(self, runner) -> None:
         """Hook the model's forward; check the opt-in's requirement."""
-        from mmsafe.engine.optimizers import NaNSkipOptimWrapper
         if self.skip_all_empty and not isinstance(runner.optim_wrapper,
                                                   NaNSkipOptimWrapper):
             raise ValueError(

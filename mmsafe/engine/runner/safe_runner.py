@@ -20,7 +20,7 @@ from mmengine.device import get_device
 from mmengine.dist import is_distributed
 from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
-from mmengine.runner import Runner
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
 from mmdet.registry import HOOKS
 
@@ -30,11 +30,16 @@ from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, explain_refusals,
                                register_local_weights_only_scheme,
                                register_remote_weight_schemes,
                                trusted_checkpoint_globals)
+from mmsafe.datasets.loader.processes import IgnoreStopSignals
+from mmsafe.datasets.pipeline_check import assert_wrapper_pipelines_paired
 from mmsafe.dist import get_rank, get_world_size
+from mmsafe.engine.loops import (ResumableEpochBasedTrainLoop,
+                                 ResumableIterBasedTrainLoop)
 from mmsafe.engine.monitor_sync import MonitorSync
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE, RankChannel,
                                         failed_party, failure_place)
+from mmsafe.engine.resume_state import plan_resume
 from mmsafe.engine.utils import train_progress
 from mmsafe.guard_outputs import Event
 from mmsafe.events import log, write_event
@@ -170,9 +175,6 @@ class SafeRunner(Runner):
         ``Mosaic``/``MixUp`` in ``MultiImageMixDataset``) is refused here,
         naming ``PairedGeometric``, instead of failing at the first
         sample."""
-        from mmsafe.datasets.pipeline_check import \
-            assert_wrapper_pipelines_paired
-        from mmsafe.datasets.loader.processes import IgnoreStopSignals
         loader = Runner.build_dataloader(dataloader, seed=seed,
                                          diff_rank_seed=diff_rank_seed)
         assert_wrapper_pipelines_paired(getattr(loader, 'dataset', None))
@@ -187,10 +189,6 @@ class SafeRunner(Runner):
         ``EpochBasedTrainLoop``/``IterBasedTrainLoop`` (same arguments;
         they also continue a resumed epoch exactly:
         :mod:`mmsafe.engine.loops`)."""
-        from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
-
-        from mmsafe.engine.loops import (ResumableEpochBasedTrainLoop,
-                                         ResumableIterBasedTrainLoop)
         if isinstance(loop, dict):
             loop = dict(loop)
             kind = loop.get('type')
@@ -227,7 +225,6 @@ class SafeRunner(Runner):
             self._has_loaded = True
 
     def resume(self, filename: str, *args, **kwargs) -> None:
-        from mmsafe.engine.resume_state import plan_resume
         self._loaded_meta = None
         with self._trusted_loading(filename):
             super().resume(filename, *args, **kwargs)

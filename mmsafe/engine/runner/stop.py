@@ -1,6 +1,10 @@
 """A hook's request to end training before the loop's own end, and the
-exit of a run that a stop signal ended."""
-from typing import Optional
+exit of a run that a stop signal ended, and how a tool ends after an
+error."""
+import contextlib
+from typing import Iterator, Optional
+
+from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, end_process_after
 
 #: Exit code of a process whose run a stop signal ended after saving its
 #: checkpoint (``EX_TEMPFAIL``: "try again later"); a cluster script
@@ -49,3 +53,19 @@ class TrainingPreempted(SystemExit):
     def __init__(self, code: int, checkpoint: Optional[str] = None):
         super().__init__(code)
         self.checkpoint = checkpoint
+
+
+@contextlib.contextmanager
+def ends_soon_after_error(cfg) -> Iterator[None]:
+    """For a tool's ``runner.train()``/``runner.test()``: an error leaving
+    the block arms
+    :func:`~mmsafe.engine.rank_channel.end_process_after` with the config's
+    ``mmsafe_peer_grace`` (the error is raised unchanged)."""
+    try:
+        yield
+    except TrainingPreempted:
+        raise  # a clean stop (checkpoint saved), not an error
+    except BaseException:
+        end_process_after(float(cfg.get('mmsafe_peer_grace',
+                                        DEFAULT_PEER_GRACE)))
+        raise
