@@ -63,3 +63,36 @@ class HandleCensusStartHook(Hook):
 
     def before_run(self, runner) -> None:
         HandleCensusHook.counts['before'] = census(runner)
+
+
+@HOOKS.register_module()
+class PluginReportHook(Hook):
+    """A plugin's hook that declares its own outputs, emits them every
+    iteration and takes part in a failure through SafeRunner's optional
+    hook methods (``explain_failure``, ``report_crash``), writing what it
+    was handed to ``{work_dir}/plugin_crash.json``."""
+
+    def __init__(self):
+        from mmsafe.guard_outputs import GuardOutputs, declare_guard
+        declare_guard(GuardOutputs('PluginReportHook', 'plugin',
+                                   events=('plugin_seen', ),
+                                   counters=('plugin', )))
+        self.seen = 0
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
+        from mmsafe.events import update_counters, write_event
+        self.seen += 1
+        write_event(runner.work_dir, 'plugin_seen', iter=runner.iter + 1)
+        update_counters('plugin', seen=self.seen)
+
+    def explain_failure(self, runner, exc):
+        if 'toy crash' not in str(exc):
+            return None
+        return dict(error=RuntimeError(f'explained by the plugin: {exc}'),
+                    cause='plugin_explained', iter=runner.iter + 1)
+
+    def report_crash(self, runner, exc, root_cause=None):
+        with open(osp.join(runner.work_dir, 'plugin_crash.json'), 'w') as f:
+            json.dump(dict(type=type(exc).__name__, message=str(exc),
+                           root_cause=root_cause), f)

@@ -13,6 +13,7 @@ from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
                                                  parameter_indices)
 from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
+from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import (batch_file_names, log, update_counters,
@@ -256,9 +257,11 @@ class RankFaultHook(Hook):
         this method when a run fails).
 
         Returns:
-            dict or None: ``message`` (the explanation, PyTorch's message
-            last) and the fields of ``safety_report.json``'s root cause;
-            None when ``exc`` is not such an error.
+            dict or None: ``error``, a
+            :class:`~mmsafe.engine.runner.errors.DDPParameterError` whose
+            message is the explanation (PyTorch's message last), and the
+            fields of ``safety_report.json``'s root cause; None when ``exc``
+            is not such an error.
         """
         kind = ddp_error_kind(exc)
         if kind is None:
@@ -341,7 +344,8 @@ class RankFaultHook(Hook):
         else:
             lines.append('What to fix: ' + _TWICE_FIX.format(rank=rank))
         lines.append(f'PyTorch\'s message: {exc}')
-        return dict(message='\n'.join(lines), cause=f'ddp_{kind}_parameters',
+        return dict(error=DDPParameterError('\n'.join(lines)),
+                    cause=f'ddp_{kind}_parameters',
                     rank=rank, iter=it, loss_terms=watch.last_keys,
                     missing=change['missing'] if change else [],
                     detached=change['detached'] if change else [],

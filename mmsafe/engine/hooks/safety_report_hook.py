@@ -16,7 +16,8 @@ from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
-from mmsafe.guard_outputs import SECTION_ORDER, Counter, Section, section_of
+from mmsafe.guard_outputs import (GUARD_OUTPUTS, SECTION_ORDER, Counter,
+                                  Section, section_of)
 
 REPORT_FILE = 'safety_report.json'
 
@@ -148,9 +149,10 @@ class SafetyReport:
         max_causes (int): causes listed per section in the log table.
     """
 
-    def __init__(self,
-                 sections: Optional[Sequence[Tuple[str, Sequence[str]]]] = None,
-                 max_causes: int = 4) -> None:
+    def __init__(
+            self,
+            sections: Optional[Sequence[Tuple[str, Sequence[str]]]] = None,
+            max_causes: int = 4) -> None:
         self.sections = tuple(
             (name, tuple(guards)) for name, guards in (sections or ()))
         self._moved = {guard: name for name, guards in self.sections
@@ -179,9 +181,12 @@ class SafetyReport:
         ended reads ``'preempted'``), exception, root cause, progress,
         sections, counters."""
         events = _read_events(runner.work_dir)
-        names = list(SECTION_ORDER) + [
-            n for n, _ in self.sections
-            if n not in SECTION_ORDER and n != Section.OTHER]
+        # mmsafe's sections, then those of plugins' guards and overrides
+        names = list(SECTION_ORDER)
+        for name in [entry.section for entry in GUARD_OUTPUTS] + [
+                n for n, _ in self.sections]:
+            if name not in names and name != Section.OTHER:
+                names.append(name)
         summary: Dict[str, Dict[str, Any]] = OrderedDict(
             (name, dict(events=0, iterations=0, by_cause={}, counters={},
                         last=None)) for name in names + [Section.OTHER])

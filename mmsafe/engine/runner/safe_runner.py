@@ -44,8 +44,7 @@ from mmsafe.engine.utils import train_progress
 from mmsafe.guard_outputs import Event
 from mmsafe.events import log, write_event
 from .cpu_dist import cuda_usable, init_cpu_process_group, with_default_timeout
-from .errors import (DDPParameterError, PeerRankFailedError,
-                     is_communication_error)
+from .errors import PeerRankFailedError, is_communication_error
 from .stop import Preempted, StopTraining, TrainingPreempted
 
 #: Seconds a rank whose own error looks like a consequence of another
@@ -103,10 +102,12 @@ class SafeRunner(Runner):
     runner looks up on every registered hook (no hook class is named
     here):
 
-    * ``explain_failure(runner, exc) -> dict | None``: the first hook that
-      has it turns ``exc`` into its cause (``message`` plus the root-cause
-      fields), or returns None (:class:`~mmsafe.engine.hooks.RankFaultHook`
-      for DDP's parameter errors);
+    * ``explain_failure(runner, exc) -> dict | None``: asked hook by hook
+      until one explains ``exc`` (the others return None): ``error``, the
+      exception to raise in its place (``exc`` becomes its
+      ``__cause__``), plus the fields of the report's root cause
+      (:class:`~mmsafe.engine.hooks.RankFaultHook` for DDP's parameter
+      errors);
     * ``report_crash(runner, exc, root_cause=None)``: called on every hook
       that has it, once the error to raise is known
       (:class:`~mmsafe.engine.hooks.SafetyReportHook` writes its report).
@@ -330,14 +331,15 @@ class SafeRunner(Runner):
             explain = getattr(hook, 'explain_failure', None)
             if callable(explain):
                 details = explain(self, exc)
-                break
+                if details is not None:
+                    break
         peer = None
         if details is None and channel is not None:
             peer = channel.wait_for_peer_failure(
                 PEER_RECORD_WAIT if is_communication_error(exc) else 0.0)
         explained: Optional[BaseException] = None
         if details is not None:
-            explained = DDPParameterError(details.pop('message'))
+            explained = details.pop('error')
             root = dict(details, type=type(explained).__name__,
                         message=str(explained))
         elif peer is not None and is_communication_error(exc):
