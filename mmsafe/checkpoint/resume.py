@@ -59,6 +59,15 @@ def checkpoint_problem(path: str) -> Optional[str]:
     return None
 
 
+def checkpoint_meta(path: str) -> dict:
+    """The ``meta`` of the checkpoint at ``path`` (weights-only,
+    memory-mapped: the tensors are not read); ``{}`` when it has none."""
+    ckpt = load_checkpoint_file(path, map_location='cpu',
+                                mmap=zipfile.is_zipfile(path))
+    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
 def _resumable_candidates(directory: str) -> List[str]:
     paths = [p for p in glob.glob(osp.join(directory, '*.pth'))
              if osp.isfile(p)]

@@ -177,10 +177,26 @@ def replace_loop_loader(loop: Any, new_loader: DataLoader) -> List[int]:
     Returns:
         list[int]: pids of old worker processes that could not be stopped.
     """
-    alive = shutdown_loader(loop.dataloader)
+    alive = stop_loop_workers(loop)
     loop.dataloader = new_loader
     infinite = getattr(loop, 'dataloader_iterator', None)
     if infinite is not None:
-        alive += shutdown_iterator(getattr(infinite, '_iterator', None))
         loop.dataloader_iterator = type(infinite)(new_loader)
+    return alive
+
+
+def stop_loop_workers(loop: Any) -> List[int]:
+    """Shut down the loader workers that ``loop`` keeps between batches:
+    its loader's persistent iterator and, for ``IterBasedTrainLoop``, the
+    iterator inside its ``dataloader_iterator`` (which starts the next
+    round's workers before the last batch is used). The loader starts new
+    workers on its next ``iter``.
+
+    Returns:
+        list[int]: pids of worker processes that could not be stopped.
+    """
+    alive = shutdown_loader(loop.dataloader)
+    infinite = getattr(loop, 'dataloader_iterator', None)
+    if infinite is not None:
+        alive += shutdown_iterator(getattr(infinite, '_iterator', None))
     return alive

@@ -60,3 +60,31 @@ def test_a_run_leaves_no_handle_behind(tmp_path):
     assert after['module_hooks'] == before['module_hooks'], counts
     assert after['optimizer_hooks'] == before['optimizer_hooks'], counts
     assert after['signals'] == before['signals'], counts
+
+
+@pytest.mark.slow
+def test_a_finished_run_leaves_no_loader_worker_running(tmp_path):
+    """An iteration loop starts the next round's loader workers before it
+    uses the last batch; at the end of the run SafeRunner stops them, so
+    the interpreter's exit does not have to (multiprocessing would
+    terminate them, and torch would report "DataLoader worker ... is killed
+    by signal" after a run that ended well)."""
+    import multiprocessing
+
+    from mmengine.config import Config
+
+    from mmsafe.tools_lib.cli import build_runner
+    work_dir = str(tmp_path / 'work')
+    text = CONFIG.format(demo=DEMO, work_dir=work_dir,
+                         data_root=str(tmp_path / 'llvip') + '/')
+    text = text.replace('batch_size=2, num_workers=0, persistent_workers='
+                        'False,\n    dataset=dict(data_root', 'batch_size=2, '
+                        'num_workers=2, persistent_workers=False,\n    '
+                        'dataset=dict(data_root', 1)
+    assert 'num_workers=2' in text
+    cfg = Config.fromfile(write_config(str(tmp_path / 'cfg.py'), text))
+    before = set(multiprocessing.active_children())
+    runner = build_runner(cfg)
+    runner.train()
+    left = [p for p in multiprocessing.active_children() if p not in before]
+    assert left == [], left

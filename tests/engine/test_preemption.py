@@ -205,6 +205,40 @@ def test_sigterm_saves_one_iteration_and_resume_is_exact(
     _assert_same_weights(got, uninterrupted(mode), nproc, where)
 
 
+@pytest.mark.timeout(900)
+def test_a_run_without_a_seed_resumes_with_the_seed_it_had(tmp_path):
+    """The recipes set no ``randomness.seed``: each run draws its own. The
+    resume must take the stopped run's seed before its loader (sampler,
+    worker seeds) is built, and continue exactly."""
+    mode = 'single_iter_workers'  # the loader's workers start with the loop
+    iterations = MODES[mode][3]
+    cfg, work_dir = _config(tmp_path, 'run', mode, delay=0.25)
+    with open(cfg, 'a') as f:
+        f.write('randomness = dict(seed=None)\n')
+    stopped = run_and_signal(_launch(cfg, 1), TIMEOUT, [
+        (_progress(work_dir, 7), _send(signal.SIGTERM))])
+    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped
+    done = read_events(work_dir, 'preempted')[0]['iter']
+    path = osp.join(work_dir, f'preempted_iter_{done}.pth')
+    seed = load_checkpoint_file(path, map_location='cpu')['meta']['seed']
+
+    resumed = run_train(cfg, timeout=TIMEOUT, args=['--resume'])
+    assert resumed.returncode == 0, resumed
+    assert f'the run takes its seed {seed}' in resumed.output, resumed
+    assert ': exact: the same remaining samples' in resumed.output, resumed
+    got = _dumps(work_dir, 1)
+    assert got[0]['last_iter'] == iterations
+
+    # the run that was never stopped, with the seed the stopped run drew
+    full_cfg, full_dir = _config(tmp_path, 'full', mode)
+    with open(full_cfg, 'a') as f:
+        f.write(f'randomness = dict(seed={seed})\n')
+    full = run_train(full_cfg, timeout=TIMEOUT)
+    assert full.returncode == 0, full
+    _assert_same_weights(got, _dumps(full_dir, 1), 1,
+                         f'no seed in the config, drawn {seed}')
+
+
 @pytest.mark.timeout(600)
 def test_second_signal_while_saving_is_ignored_and_a_changed_config_is_named(
         tmp_path):

@@ -13,18 +13,20 @@ modified.
 import atexit
 import contextlib
 import logging
-from typing import Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import torch.nn as nn
 from mmengine.device import get_device
 from mmengine.dist import is_distributed
 from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, RUNNERS
-from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
+from mmengine.runner import (BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop,
+                             Runner)
 
 from mmdet.registry import HOOKS
 
-from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, explain_refusals,
+from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, checkpoint_meta,
+                               explain_refusals,
                                find_latest_loadable_checkpoint, is_local_path,
                                record_resume,
                                register_local_weights_only_scheme,
@@ -34,7 +36,8 @@ from mmsafe.datasets.loader.processes import IgnoreStopSignals
 from mmsafe.datasets.pipeline_check import assert_wrapper_pipelines_paired
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.loops import (ResumableEpochBasedTrainLoop,
-                                 ResumableIterBasedTrainLoop)
+                                 ResumableIterBasedTrainLoop,
+                                 stop_loop_workers)
 from mmsafe.engine.monitor_sync import MonitorSync
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE, RankChannel,
@@ -51,6 +54,8 @@ from .stop import Preempted, StopTraining, TrainingPreempted
 #: rank's failure (a closed connection, a timed-out collective) waits for
 #: that rank's record, to name the cause instead of the symptom.
 PEER_RECORD_WAIT = 3.0
+
+_NOT_LOOKED_UP = object()
 
 
 @RUNNERS.register_module()
@@ -122,6 +127,7 @@ class SafeRunner(Runner):
         #: by mmsafe's train loops).
         self.resume_plan = None
         self._loaded_meta: Optional[dict] = None
+        self._resume_found: Any = _NOT_LOOKED_UP
         register_local_weights_only_scheme()
         register_remote_weight_schemes()
         super().__init__(*args, **kwargs)
@@ -191,6 +197,7 @@ class SafeRunner(Runner):
         they also continue a resumed epoch exactly:
         :mod:`mmsafe.engine.loops`)."""
         if isinstance(loop, dict):
+            self._adopt_resumed_seed()
             loop = dict(loop)
             kind = loop.get('type')
             if kind is None:
@@ -203,6 +210,41 @@ class SafeRunner(Runner):
             elif kind in ('IterBasedTrainLoop', IterBasedTrainLoop):
                 loop['type'] = ResumableIterBasedTrainLoop
         return super().build_train_loop(loop)
+
+    def _adopt_resumed_seed(self) -> None:
+        """A resuming run whose config sets no seed takes the checkpoint's
+        seed before its train loader is built.
+
+        MMEngine's resume adopts the checkpoint's seed too, but only after
+        the train loop built its loader: the sampler's order and the loader
+        workers' seeds would come from a new random seed, so the resumed
+        run would not draw the samples of the run it continues.
+        """
+        if not self._resume or self._randomness_cfg.get('seed') is not None:
+            return
+        target = self._resume_target()
+        if target is None or '://' in target:
+            return
+        with self._trusted_loading(target):
+            seed = checkpoint_meta(target).get('seed')
+        if seed is None:
+            return
+        self._randomness_cfg.update(seed=seed)
+        self.set_randomness(**self._randomness_cfg)
+        log(f'resuming from {target}: the run takes its seed {seed} (the '
+            'config sets randomness.seed to none), before the train loader '
+            'is built')
+
+    def _resume_target(self) -> Optional[str]:
+        """The checkpoint this run resumes from: ``load_from``, or the
+        newest loadable one of the work dir (looked up once)."""
+        if self._load_from is not None:
+            return self._load_from
+        if self._resume_found is _NOT_LOOKED_UP:
+            with self._trusted_loading(self.work_dir):
+                self._resume_found = find_latest_loadable_checkpoint(
+                    self.work_dir)
+        return self._resume_found
 
     # ------------------------------------------------------ checkpoints --
     @contextlib.contextmanager
@@ -217,8 +259,7 @@ class SafeRunner(Runner):
     def load_or_resume(self) -> None:
         if self._has_loaded or not (self._resume and self._load_from is None):
             return super().load_or_resume()
-        with self._trusted_loading(self.work_dir):
-            resume_from = find_latest_loadable_checkpoint(self.work_dir)
+        resume_from = self._resume_target()
         if resume_from is not None:
             self.logger.info(
                 f'Auto resumed from the latest checkpoint {resume_from}.')
@@ -280,7 +321,7 @@ class SafeRunner(Runner):
     def train(self) -> nn.Module:
         with self._crash_reported():
             try:
-                return super().train()
+                model = super().train()
             except StopTraining as stop:
                 saved = (f' (saved {stop.checkpoint})'
                          if stop.checkpoint else '')
@@ -289,11 +330,29 @@ class SafeRunner(Runner):
                     logging.WARNING)
                 self.call_hook('after_train')
                 self.call_hook('after_run')
+                self._stop_loader_workers()
                 if not isinstance(stop, Preempted):
                     return self.model
                 preempted = stop
+            else:
+                self._stop_loader_workers()
+                return model
         # Outside the crash report: a stop signal is not a failure.
         raise TrainingPreempted(preempted.exit_code, preempted.checkpoint)
+
+    def _stop_loader_workers(self) -> None:
+        """The run is over: stop the loader workers its loops keep (an
+        iteration loop has the next round's started), instead of leaving
+        them to the interpreter's exit, where multiprocessing terminates
+        them and torch reports "DataLoader worker ... is killed by signal"
+        after a run that ended well."""
+        for loop in (self._train_loop, self._val_loop, self._test_loop):
+            if not isinstance(loop, BaseLoop):
+                continue
+            alive = stop_loop_workers(loop)
+            if alive:
+                log(f'loader worker processes {alive} did not stop at the '
+                    'end of the run', logging.WARNING)
 
     def val(self) -> dict:
         with self._crash_reported():
