@@ -217,6 +217,8 @@ def test_a_run_without_a_seed_resumes_with_the_seed_it_had(tmp_path):
         f.write('randomness = dict(seed=None)\n')
     stopped = run_and_signal(_launch(cfg, 1), TIMEOUT, [
         (_progress(work_dir, 7), _send(signal.SIGTERM))])
+    if stopped.returncode != PREEMPTED_EXIT_CODE:
+        print('output of the stopped run:', stopped.output[-8000:])
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped
     done = read_events(work_dir, 'preempted')[0]['iter']
     path = osp.join(work_dir, f'preempted_iter_{done}.pth')

@@ -98,7 +98,13 @@ def probe_loss_weights(model: nn.Module, data_batch, weight_scale: float,
                for k in stable):
             continue
         seen = outputs_seen.get(name)
-        if seen is not None and sum(seen) <= atol:
+        if seen is None:
+            # e.g. a box regression loss on a batch without positive
+            # samples: the head returns a zero without calling it
+            log(f'LossDictLintHook: {name}.loss_weight could not be '
+                'verified: the first batch does not use this loss module.')
+            continue
+        if sum(seen) <= atol:
             log(f'LossDictLintHook: {name}.loss_weight could not be '
                 'verified: its loss term is zero on the first batch.')
             continue
