@@ -3,8 +3,8 @@ it: every key containing ``'loss'`` is summed, the others only logged)."""
 import itertools
 from typing import Dict, List
 
-from mmsafe.engine.loss_graph import (as_tensors, is_close, scalar_of,
-                                      walk_autograd)
+from mmsafe.engine.loss_graph import (as_tensors, is_close, is_loss_key,
+                                      scalar_of, walk_autograd)
 
 
 def depends_on(roots, targets: Dict[int, List[str]], own: str,
@@ -75,7 +75,7 @@ def lint_loss_dict(losses: dict, rtol: float = 1e-4, atol: float = 1e-7,
       tried.
     """
     findings = _unoptimised(losses)
-    loss_keys = [k for k in losses if 'loss' in k]
+    loss_keys = [k for k in losses if is_loss_key(k)]
     flagged = _computed_from_others(losses, loss_keys)
     for key, parts in flagged.items():
         findings.append(

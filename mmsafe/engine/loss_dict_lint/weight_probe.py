@@ -19,7 +19,8 @@ import torch.nn as nn
 
 from mmsafe.events import log
 from mmsafe.rng import RNGState
-from mmsafe.engine.loss_graph import as_tensors, is_close, scalar_of
+from mmsafe.engine.loss_graph import (as_tensors, is_close, is_loss_key,
+                                      scalar_of)
 
 
 def weighted_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:
@@ -45,7 +46,7 @@ def _loss_values(model: nn.Module, data_batch, rng: RNGState,
         if name in buffers:
             buf.copy_(buffers[name])
     return {k: v for k, v in ((k, scalar_of(v)) for k, v in losses.items()
-                              if 'loss' in k) if v is not None}
+                              if is_loss_key(k)) if v is not None}
 
 
 def probe_loss_weights(model: nn.Module, data_batch, weight_scale: float,
