@@ -17,6 +17,9 @@ from setuptools.command.build_py import build_py
 ROOT = osp.dirname(osp.abspath(__file__))
 #: clone folder -> name under mmsafe/.mim/
 MIM_FILES = {'configs': 'configs', 'tools': 'tools'}
+#: mim's index of model metafiles. MMEngine reads it before it looks for a
+#: ``pkg::`` config (a missing file is an error); mmsafe lists none.
+MODEL_INDEX = 'Import: []\n'
 #: what of tools/ an installed package has no use for
 TOOLS_LEFT_OUT = ('setup_env.sh', 'setup_env.bat', 'setup_plan.py')
 
@@ -42,7 +45,14 @@ class BuildWithMim(build_py):
             _copy_mim(osp.join(self.build_lib, 'mmsafe', '.mim'))
 
 
+def _write_model_index(target):
+    with open(osp.join(target, 'model-index.yml'), 'w') as f:
+        f.write(MODEL_INDEX)
+
+
 def _copy_mim(target):
+    os.makedirs(target, exist_ok=True)
+    _write_model_index(target)
     for src, name in MIM_FILES.items():
         dst = osp.join(target, name)
         if osp.lexists(dst):
@@ -53,6 +63,7 @@ def _copy_mim(target):
 
 def _link_mim(target):
     os.makedirs(target, exist_ok=True)
+    _write_model_index(target)
     for src, name in MIM_FILES.items():
         dst = osp.join(target, name)
         if osp.islink(dst) or osp.exists(dst):

@@ -157,8 +157,10 @@ def _user_config(work: str) -> str:
                 'mmsafe::_base_/safety_runtime.py',
             ]
             data_root = 'data/demo/'
+            # ResNet-18 and no ImageNet weights: small and offline
             model = dict(
-                backbone=dict(init_cfg=None),
+                backbone=dict(depth=18, init_cfg=None),
+                neck=dict(in_channels=[64, 128, 256, 512]),
                 roi_head=dict(bbox_head=dict(num_classes=1)))
             train_pipeline = [
                 dict(type='LoadImageFromFile'),
@@ -204,7 +206,7 @@ def test_installed_tools_run_configs_named_by_scope(user_env):
 
     out = _run([osp.join(bin_dir, 'mmsafe-train'), config,
                 '--work-dir', 'work_dirs/train'], cwd=work, env=env)
-    assert 'Iter(train) [20/20]' in out, out[-3000:]
+    assert 'iteration 20/20' in out, out[-3000:]
     assert osp.isfile(osp.join(work, 'work_dirs', 'train', 'iter_20.pth'))
     # the guards of the safety runtime ran (built from scope mmsafe)
     assert osp.isfile(osp.join(work, 'work_dirs', 'train',
