@@ -1,36 +1,77 @@
-from setuptools import find_packages, setup
+"""Build steps that pyproject.toml cannot express: the ``.mim`` folder.
+
+OpenMMLab packages ship their configs and tools inside the package, under
+``<package>/.mim/``: MMEngine resolves ``mmsafe::_base_/safety_runtime.py``
+to ``mmsafe/.mim/configs/_base_/safety_runtime.py``, and ``mim train
+mmsafe CONFIG`` runs ``mmsafe/.mim/tools/train.py``. A wheel gets copies of
+the clone's ``configs/`` and ``tools/`` there; an editable install gets
+links to them (kept out of git), so both resolve the same names.
+"""
+import os
+import os.path as osp
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = osp.dirname(osp.abspath(__file__))
+#: clone folder -> name under mmsafe/.mim/
+MIM_FILES = {'configs': 'configs', 'tools': 'tools'}
+#: mim's index of model metafiles. MMEngine reads it before it looks for a
+#: ``pkg::`` config (a missing file is an error); mmsafe lists none.
+MODEL_INDEX = 'Import: []\n'
+#: what of tools/ an installed package has no use for
+TOOLS_LEFT_OUT = ('setup_env.sh', 'setup_env.bat', 'setup_plan.py')
 
 
-def read_version():
-    scope = {}
-    with open('mmsafe/version.py', encoding='utf-8') as f:
-        exec(f.read(), scope)
-    return scope['__version__']
+def _tools_left_out(folder, names):
+    return [n for n in names
+            if n in TOOLS_LEFT_OUT or n == '__pycache__' or n.endswith('.pyc')]
 
 
-setup(
-    name='mmsafe',
-    version=read_version(),
-    description='Safe dual-modality (visible + infrared) detection training '
-    'for MMEngine / MMDetection 3.x',
-    long_description=open('README.md', encoding='utf-8').read(),
-    long_description_content_type='text/markdown',
-    packages=find_packages(exclude=('tests', 'tests.*', 'configs', 'tools')),
-    # The supported stack (README, "Supported versions"): torch 2.1 (what
-    # OpenMMLab's prebuilt mmcv 2.1.0 wheels target) to the newest, numpy
-    # 1.x and 2.x. Python >= 3.8 is what the code's syntax and standard
-    # library need (measured with vermin) and where torch 2.1 starts.
-    python_requires='>=3.8',
-    install_requires=[
-        'mmengine>=0.10,<1',
-        'mmdet>=3.3,<3.4',
-        'mmcv>=2.0.0,<2.2.0',
-        'torch>=2.1',
-        'numpy>=1.22,<3',
-        'tensorboard',
-    ],
-    extras_require={
-        'tests': ['pytest', 'pytest-timeout', 'pytest-xdist', 'psutil'],
-    },
-    zip_safe=False,
-)
+def _skip_cache(folder, names):
+    return [n for n in names if n == '__pycache__' or n.endswith('.pyc')]
+
+
+class BuildWithMim(build_py):
+    """``build_py`` plus ``mmsafe/.mim/{configs,tools}``: copied into the
+    build (a wheel), linked in the source tree (an editable install)."""
+
+    def run(self):
+        super().run()
+        if getattr(self, 'editable_mode', False):
+            _link_mim(osp.join(ROOT, 'mmsafe', '.mim'))
+        else:
+            _copy_mim(osp.join(self.build_lib, 'mmsafe', '.mim'))
+
+
+def _write_model_index(target):
+    with open(osp.join(target, 'model-index.yml'), 'w') as f:
+        f.write(MODEL_INDEX)
+
+
+def _copy_mim(target):
+    os.makedirs(target, exist_ok=True)
+    _write_model_index(target)
+    for src, name in MIM_FILES.items():
+        dst = osp.join(target, name)
+        if osp.lexists(dst):
+            shutil.rmtree(dst)
+        shutil.copytree(osp.join(ROOT, src), dst,
+                        ignore=_tools_left_out if src == 'tools' else _skip_cache)
+
+
+def _link_mim(target):
+    os.makedirs(target, exist_ok=True)
+    _write_model_index(target)
+    for src, name in MIM_FILES.items():
+        dst = osp.join(target, name)
+        if osp.islink(dst) or osp.exists(dst):
+            continue
+        try:
+            os.symlink(osp.join('..', '..', src), dst)
+        except OSError:  # no symlinks (Windows without the right): copy
+            shutil.copytree(osp.join(ROOT, src), dst, ignore=_skip_cache)
+
+
+setup(cmdclass={'build_py': BuildWithMim})

@@ -1,7 +1,9 @@
 """README.md and docs/**/*.md stay true to the repository: every relative
 link leads to a file, every repository path given in backticks exists, and
 every command-line option given with one of the tools or benchmarks is one
-that script accepts (read from its argparse calls)."""
+that script accepts (read from its argparse calls). A tool named as the
+clone's ``tools/<name>.py``, as its command ``mmsafe-<name>`` or as ``-m
+mmsafe.tools.<name>`` is read from ``mmsafe/tools/<name>.py``."""
 import ast
 import glob
 import itertools
@@ -15,13 +17,13 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Paths in backticks that start with one of these must exist.
 PATH_PREFIXES = ('configs/', 'tools/', 'benchmarks/', 'mmsafe/', 'tests/')
 # Scripts whose options the docs give; each option must be accepted.
-SCRIPT_PATTERNS = ('tools/train.py', 'tools/test.py', 'tools/preflight.py',
-                   'tools/check_dataset.py', 'benchmarks/*.py')
+SCRIPT_PATTERNS = ('mmsafe/tools/*.py', 'benchmarks/*.py')
 
 _LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)')
 _SPAN = re.compile(r'(`+)(.+?)\1', re.S)
 _OPTION = re.compile(r'(?<![\w-])(--[A-Za-z][\w-]*)')
-_SCRIPT = re.compile(r'(?<![\w./-])((?:tools|benchmarks)/[\w./-]+\.py)\b')
+_SCRIPT = re.compile(r'(?<![\w./-])((?:tools|benchmarks)/[\w./-]+\.py|'
+                     r'mmsafe-[a-z][a-z-]*|mmsafe\.tools\.\w+)\b')
 # Where a command ends: a shell separator or the end of the code.
 _COMMAND_END = re.compile(r'\||;|&&|\n')
 
@@ -129,10 +131,28 @@ def missing_paths(text, root=REPO_ROOT):
     return found
 
 
+def script_source(script, root=REPO_ROOT):
+    """The file that holds a script's argparse calls: ``mmsafe/tools/x.py``
+    for ``tools/x.py`` (an entry point to it), ``mmsafe-x`` and
+    ``mmsafe.tools.x``; ``script`` itself otherwise."""
+    name = None
+    if script.startswith('mmsafe-'):
+        name = script[len('mmsafe-'):].replace('-', '_')
+    elif script.startswith('mmsafe.tools.'):
+        name = script[len('mmsafe.tools.'):]
+    elif script.startswith('tools/'):
+        name = script[len('tools/'):-len('.py')]
+    if name and (pathlib.Path(root) / 'mmsafe' / 'tools' /
+                 f'{name}.py').is_file():
+        return f'mmsafe/tools/{name}.py'
+    return script
+
+
 def script_options(script, root=REPO_ROOT):
     """The option strings ('--x') a script's argparse accepts, read from
     its add_argument calls."""
-    tree = ast.parse((pathlib.Path(root) / script).read_text())
+    tree = ast.parse((pathlib.Path(root) /
+                      script_source(script, root)).read_text())
     options = set()
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call)
@@ -206,15 +226,16 @@ def unknown_options(text, root=REPO_ROOT):
     cache = {}
     found = []
     for script, opt in _attributed_options(text):
-        checked = any(pathlib.PurePosixPath(script).match(p)
-                      for p in SCRIPT_PATTERNS)
+        source = script_source(script, root)
+        checked = script.startswith('mmsafe') or any(
+            pathlib.PurePosixPath(source).match(p) for p in SCRIPT_PATTERNS)
         if not checked:
             continue
-        if script not in scripts:
+        if source not in scripts:
             found.append(f'{script} (no such file)')
             continue
         if script not in cache:
-            cache[script] = script_options(script, root)
+            cache[script] = script_options(source, root)
         if opt not in cache[script]:
             found.append(f'{script} {opt}')
     return found
@@ -273,6 +294,9 @@ def test_script_options_are_read_from_argparse():
     assert {'--work-dir', '--resume', '--amp', '--preflight',
             '--ignore-preflight-errors', '--local-rank'} <= options
     assert '--show-dir' in script_options('tools/check_dataset.py')
+    assert script_options('mmsafe-train') == options
+    assert script_options('mmsafe.tools.check_dataset') == script_options(
+        'mmsafe-check-dataset') == script_options('tools/check_dataset.py')
 
 
 def test_checkers_report_a_broken_sample(tmp_path):
@@ -292,6 +316,9 @@ def test_checkers_report_a_broken_sample(tmp_path):
         '```bash',
         'python tools/train.py configs/llvip/demo_cpu.py --amp --no-such-flag',
         'python tools/check_dataset.py CONFIG --show-dir out/ | head --lines 3',
+        'mmsafe-preflight CONFIG --json --no-such-check',
+        'torchrun -m mmsafe.tools.train CONFIG --launcher pytorch --nope',
+        'mmsafe-nothing CONFIG --x',
         '```',
         '',
         '- `tools/test.py`: `--work-dir`, `--bogus-option`;',
@@ -309,6 +336,9 @@ def test_checkers_report_a_broken_sample(tmp_path):
                                      'benchmarks/not_there.py']
     assert sorted(unknown_options(sample)) == [
         'benchmarks/not_there.py (no such file)',
+        'mmsafe-nothing (no such file)',
+        'mmsafe-preflight --no-such-check',
+        'mmsafe.tools.train --nope',
         'tools/check_dataset.py --no-such-offset',
         'tools/test.py --bogus-option',
         'tools/train.py --no-such-flag']

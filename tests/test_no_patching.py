@@ -132,6 +132,12 @@ ALLOWED = {
     # SIGCHLD watch before the kill.
     ('mmsafe/datasets/loader/processes.py', 'loader._iterator'),
     ('mmsafe/datasets/loader/processes.py', 'it._worker_pids_set'),
+    # The tools: `--resume` sets the config's `resume` key (a Config entry
+    # named like Runner.resume), as MMDetection's tools/train.py does.
+    ('mmsafe/tools/train.py', 'cfg.resume'),
+    # preflight --json: its own process's log lines go to stderr while the
+    # checks run, so that stdout carries the JSON only; restored after.
+    ('mmsafe/tools/preflight.py', 'sys.stdout'),
 }
 
 

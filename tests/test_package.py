@@ -154,9 +154,9 @@ def test_supported_versions_pass_the_check():
 
 
 def test_python_requires_matches_the_import_check():
-    with open(osp.join(REPO_ROOT, 'setup.py'), encoding='utf-8') as f:
-        setup_py = f.read()
+    with open(osp.join(REPO_ROOT, 'pyproject.toml'), encoding='utf-8') as f:
+        project = f.read()
     from mmsafe import _deps
     minimum = '.'.join(map(str, _deps.PYTHON_MIN))
-    assert f"python_requires='>={minimum}'" in setup_py
-    assert "'torch>=2.1'" in setup_py and "'numpy>=1.22,<3'" in setup_py
+    assert f'requires-python = ">={minimum}"' in project
+    assert '"torch>=2.1"' in project and '"numpy>=1.22,<3"' in project

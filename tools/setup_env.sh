@@ -52,7 +52,7 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
 
 # Everything that decides what gets installed goes into the stamp.
-WANT="$(cat "$ROOT/setup.py" "$ROOT/requirements.txt" "$0" "$PLAN" | sha256sum | cut -c1-16) ${MMSAFE_TORCH:-default}"
+WANT="$(cat "$ROOT/setup.py" "$ROOT/pyproject.toml" "$ROOT/requirements.txt" "$0" "$PLAN" | sha256sum | cut -c1-16) ${MMSAFE_TORCH:-default}"
 if [ "${MMSAFE_FORCE:-0}" != 1 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
    && "$PY" -c "import mmsafe" >/dev/null 2>&1; then
   say "environment ready ($VENV), nothing to do ($(( $(date +%s) - START ))s)"

@@ -6,13 +6,23 @@ import os.path as osp
 from typing import Iterator, Optional
 
 
+def read_config(config: str):
+    """``Config.fromfile(config)``, where ``mmsafe::`` paths (in ``_base_``
+    or as ``config`` itself) resolve to the installed package's configs."""
+    from mmengine.config import Config
+
+    from mmsafe.compat.config_scope import register_config_scope
+    from mmsafe.tools import scoped_config_path
+    register_config_scope()
+    return Config.fromfile(scoped_config_path(config))
+
+
 def load_config(config: str, launcher: str, cfg_options: Optional[dict],
                 work_dir: Optional[str]):
     """Load ``config`` with ``--cfg-options``, ``--launcher`` and
     ``--work-dir`` applied; the work dir defaults to
     ``./work_dirs/<config name>``."""
-    from mmengine.config import Config
-    cfg = Config.fromfile(config)
+    cfg = read_config(config)
     cfg.launcher = launcher
     if cfg_options is not None:
         cfg.merge_from_dict(cfg_options)

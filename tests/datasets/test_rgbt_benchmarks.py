@@ -196,12 +196,8 @@ def test_dataset_config_trains_and_evaluates_with_every_guard(tmp_path, name):
 
 
 def _check_dataset_cli():
-    import importlib.util
-    path = osp.join(REPO_ROOT, 'tools', 'check_dataset.py')
-    spec = importlib.util.spec_from_file_location('check_dataset_cli', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from mmsafe.tools import check_dataset
+    return check_dataset
 
 
 @pytest.mark.parametrize('name', sorted(BENCHMARKS))

@@ -187,10 +187,7 @@ def test_amp_fp16_overflow_is_counted_apart(fresh_state, device):
 
 
 def test_amp_flag_of_train_py_picks_the_nan_skip_amp_wrapper():
-    spec = importlib.util.spec_from_file_location(
-        'mmsafe_train_cli', osp.join(REPO_ROOT, 'tools', 'train.py'))
-    train_cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_cli)
+    from mmsafe.tools import train as train_cli
     for kind in ('NaNSkipOptimWrapper', 'OptimWrapper'):
         cfg = Config(dict(optim_wrapper=dict(type=kind)))
         train_cli.apply_amp(cfg)

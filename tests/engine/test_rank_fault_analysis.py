@@ -146,3 +146,20 @@ def test_vanished_loss_term_in_a_single_process():
     found = events(osp.join(tmp, 'single'), 'rank_fault_loss_terms')
     assert [(e['rank'], e['iter'], e['missing']) for e in found] == [
         (0, 13, ['loss_macl'])]
+
+
+def test_communication_errors_are_told_from_a_ranks_own_error():
+    """A collective that failed because a peer is gone is a consequence;
+    mmsafe's own errors name this rank's fault, even when their message
+    holds words such as 'timeout' (a download's timeout)."""
+    from mmsafe.checkpoint.remote_weights import WeightsUnavailableError
+    from mmsafe.engine.runner.errors import is_communication_error
+    assert is_communication_error(RuntimeError(
+        '[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection '
+        'closed by peer [127.0.0.1]:29500'))
+    assert is_communication_error(ConnectionResetError('reset by peer'))
+    assert not is_communication_error(ValueError('a bad config value'))
+    assert not is_communication_error(WeightsUnavailableError(
+        '[mmsafe] pretrained weights https://x/r50.pth are not available: '
+        'the download failed on rank 0: URLError: timed out (timeout 15 s, '
+        'MMSAFE_DOWNLOAD_TIMEOUT)'))

@@ -69,13 +69,9 @@ def test_datasets_inside_wrappers_are_named():
 def test_check_dataset_says_it_too(tmp_path):
     """tools/check_dataset.py (where users first point a config at their
     data) warns the same way before it reports the missing folder."""
-    import importlib.util
     import textwrap
-    spec = importlib.util.spec_from_file_location(
-        'mmsafe_tools_check_dataset',
-        osp.join(REPO_ROOT, 'tools', 'check_dataset.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+
+    from mmsafe.tools import check_dataset as tool
     config = tmp_path / 'cfg.py'
     config.write_text(textwrap.dedent(f"""
         data_root = {str(tmp_path / 'in_the_file') + '/'!r}

@@ -43,14 +43,11 @@ def pretrained_config(directory, data_root, checkpoint=URL, load_from=None):
 
 
 def _preflight(config, work_dir):
-    sys.path.insert(0, osp.join(REPO_ROOT, 'tools'))
-    try:
-        import preflight as cli
-    finally:
-        sys.path.pop(0)
     from mmsafe.preflight import run_preflight
+    from mmsafe.tools import preflight as cli
+    from mmsafe.tools.train import build_cfg
     parsed = cli.parse_args([config, '--work-dir', work_dir])
-    cfg = cli.load_train_module().build_cfg(parsed)
+    cfg = build_cfg(parsed)
     return run_preflight(cfg, 'none', skip=('data', 'dataloader'))
 
 

@@ -18,8 +18,8 @@ import textwrap
 import pytest
 import torch
 
-from tests.utils import (REPO_ROOT, load_module_from_path, run_command,
-                         write_config)
+from mmsafe.tools.train import build_cfg
+from tests.utils import REPO_ROOT, run_command, write_config
 
 PREFLIGHT = osp.join(REPO_ROOT, 'tools', 'preflight.py')
 DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def _load_cli():
-    return load_module_from_path('mmsafe_tools_preflight', PREFLIGHT)
+    from mmsafe.tools import preflight
+    return preflight
 
 
 @pytest.fixture(scope='module')
@@ -72,7 +73,7 @@ def preflight(cli, config: str, work_dir: str, modify=None, args=(),
     broken setting) and run the checks in this process."""
     from mmsafe.preflight import run_preflight
     parsed = cli.parse_args([config, '--work-dir', work_dir, *args])
-    cfg = cli.load_train_module().build_cfg(parsed)
+    cfg = build_cfg(parsed)
     if modify is not None:
         modify(cfg)
     return run_preflight(cfg, parsed.launcher, **kwargs)
@@ -535,7 +536,7 @@ def test_console_check_reads_the_logged_config_dump(cli, tmp_path,
     work_dir = str(tmp_path / 'work')
     args = ['--cfg-options', 'train_dataloader.dataset.note=Fußgänger']
     parsed = cli.parse_args([config, '--work-dir', work_dir, *args])
-    logged = cli.load_train_module().build_cfg(parsed).pretty_text
+    logged = build_cfg(parsed).pretty_text
     line = logged[:logged.index('ß')].count('\n') + 1
     ascii_console = io.TextIOWrapper(io.BytesIO(), encoding='ascii')
     monkeypatch.setattr(sys, 'stdout', ascii_console)

@@ -49,7 +49,11 @@ class PeerRankFailedError(RuntimeError):
 
 def is_communication_error(exc: BaseException) -> bool:
     """Whether ``exc`` looks like a failed collective or store operation
-    (what a rank sees when another rank is gone)."""
+    (what a rank sees when another rank is gone). An error of mmsafe's own
+    (``WeightsUnavailableError``, ...) names this rank's own fault, whatever
+    words its message holds ("timeout 15 s")."""
+    if type(exc).__module__.split('.')[0] == 'mmsafe':
+        return False
     names = {cls.__name__ for cls in type(exc).__mro__}
     if names & {'DistError', 'DistBackendError', 'DistNetworkError',
                 'DistStoreError', 'ConnectionError'}:
