@@ -16,7 +16,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 PATH_PREFIXES = ('configs/', 'tools/', 'benchmarks/', 'mmsafe/', 'tests/')
 # Scripts whose options the docs give; each option must be accepted.
 SCRIPT_PATTERNS = ('tools/train.py', 'tools/test.py', 'tools/preflight.py',
-                   'tools/check_dataset.py', 'benchmarks/*.py')
+                   'tools/check_dataset.py', 'tools/eval_kaist.py',
+                   'benchmarks/*.py')
 
 _LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)')
 _SPAN = re.compile(r'(`+)(.+?)\1', re.S)
