@@ -107,3 +107,18 @@ def test_missing_frame_file_and_bad_ids_are_reported(tmp_path, tree,
                         'annotations_KAIST_test_set/']) == 2
     err = capsys.readouterr().err
     assert 'bad.txt:1: frame id 3 is not one of 1..2' in err
+
+
+def test_per_frame_lines_read_as_the_devkit_reads_them(tmp_path):
+    from mmsafe.evaluation.kaist_det_files import read_frame_file
+    path = write(str(tmp_path / 'set06_V000_I00019.txt'),
+                 'person 500.4471 210.2053 521.6678 255.9434 0.09562081\n'
+                 '501.4471 211.2053 21.2207 45.7381 -0.5\n\n')
+    rows = read_frame_file(path)
+    # the wrapper's 0-based x1 y1 x2 y2 -> x1 + 1, y1 + 1, x2 - x1, y2 - y1
+    assert rows[0] == pytest.approx([501.4471, 211.2053, 21.2207, 45.7381,
+                                     0.09562081])
+    assert rows[1].tolist() == [501.4471, 211.2053, 21.2207, 45.7381, -0.5]
+    bad = write(str(tmp_path / 'bad.txt'), 'person 1 2 3 4\n')
+    with pytest.raises(ValueError, match=r'bad\.txt:1: expected "person x1'):
+        read_frame_file(bad)
