@@ -6,7 +6,8 @@
 #   data/kaist/annotations_KAIST_test_set/set06_V000_I00019.txt ...
 # Images and imageSets as in configs/_base_/datasets/kaist.py. Results are
 # comparable with the papers' tables (kaist/MR-2 is the devkit's MR^-2).
-#   python tools/train.py configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist_sanitized.py
+#   python tools/train.py \
+#       configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist_sanitized.py
 _base_ = ['./dual_faster_rcnn_r50_fpn_macl_kaist.py']
 
 train_dataloader = dict(

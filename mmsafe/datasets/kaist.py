@@ -85,9 +85,10 @@ class KAISTDataset(BaseDetDataset):
     Verified on real files: the kaist-cvpr15 ``annotations-xml-new``
     (95,324 files, 109,629 boxes) with its CRLF ``imageSets``, and the
     improved test annotations (2,252 flat files, 4,254 boxes, identical to
-    the xml release on those frames). KAIST-Paired and the sanitized
-    training annotations follow the readers published with them (no
-    annotation files of theirs were available); see
+    the xml release on those frames). KAIST-Paired follows the paths its
+    author gives, a file of it quoted in AR-CNN's issue tracker and the
+    readers published with it; the sanitized training annotations share
+    the improved ones' reader (neither release could be fetched); see
     docs/user_guides/datasets.md.
 
     Args:
