@@ -53,6 +53,7 @@ EXAMPLES = {
     'metric': {
         'CocoStyleMetric': dict(type='CocoStyleMetric'),
         'LogAverageMissRate': dict(type='LogAverageMissRate'),
+        'KAISTMissRate': dict(type='KAISTMissRate'),
     },
     'hook': {
         'DataLoaderProbeHook': dict(type='DataLoaderProbeHook'),

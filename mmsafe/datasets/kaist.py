@@ -1,5 +1,5 @@
-"""KAIST multispectral pedestrians: visible + LWIR frames with per-frame
-text annotations in Piotr Dollar's bbGt format."""
+"""KAIST multispectral pedestrians: visible + LWIR frames with any of the
+benchmark's annotation releases (see :mod:`.kaist_annotations`)."""
 import logging
 import os.path as osp
 import re
@@ -11,19 +11,25 @@ from mmengine.fileio import exists, get, get_text, list_from_file
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 from mmsafe.events import log
-from .transforms.compose import assert_paired_pipeline, paired_pipeline
+from .kaist_annotations import (ANN_FOLDERS, LAYOUTS, layout_files,
+                                pair_objects, parse_bbgt, parse_kaist_xml)
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side,
                       raise_missing_annotations)
+from .transforms.compose import assert_paired_pipeline, paired_pipeline
 
-KAIST_PREFIX = dict(img='images/', ann='annotations/')
+KAIST_PREFIX = dict(img='images/')
+ANN_LAYOUTS = ('auto', ) + tuple(LAYOUTS)
+PAIRED_BOXES = ('visible', 'infrared')
+#: listed frames probed when the annotation layout is detected
+NUM_PROBED = 20
 _FRAME = re.compile(r'(set\d+)[/_\\](V\d+)[/_\\](?:visible[/_\\]|lwir[/_\\])?'
                     r'(I\d+)')
 
 
 def parse_frame(line: str) -> Tuple[str, str, str]:
     """``('set00', 'V000', 'I01225')`` from a list line such as
-    ``set00/V000/I01225`` or ``set00_V000_I01225``."""
+    ``set00/V000/I01225`` or ``set00_V000_I01225`` (CRLF endings too)."""
     match = _FRAME.search(line.strip())
     if match is None:
         raise ValueError(f'KAISTDataset: cannot read a frame '
@@ -31,33 +37,8 @@ def parse_frame(line: str) -> Tuple[str, str, str]:
     return match.group(1), match.group(2), match.group(3)
 
 
-def parse_bbgt(text: str, source: str = '') -> List[dict]:
-    """Objects of a bbGt text annotation.
-
-    Each line after the ``% bbGt version=3`` header is
-    ``label x y w h occ vx vy vw vh ign ang`` (the last eight optional),
-    ``x y w h`` in pixels from the top-left corner.
-
-    Returns:
-        list[dict]: ``label``, ``bbox`` (xyxy), ``occlusion``, ``ignore``.
-    """
-    objects = []
-    for num, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith('%'):
-            continue
-        parts = line.split()
-        try:
-            x, y, w, h = (float(v) for v in parts[1:5])
-            occ = int(float(parts[5])) if len(parts) > 5 else 0
-            ign = int(float(parts[10])) if len(parts) > 10 else 0
-        except (ValueError, IndexError) as err:
-            raise ValueError(
-                f'KAISTDataset: {source}:{num}: expected "label x y w h '
-                f'[occ vx vy vw vh ign ang]", got {line!r}') from err
-        objects.append(dict(label=parts[0], bbox=[x, y, x + w, y + h],
-                            occlusion=occ, ignore=ign))
-    return objects
+def _centre(box: Sequence[float]) -> Tuple[float, float]:
+    return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
 
 
 @DATASETS.register_module()
@@ -67,36 +48,75 @@ class KAISTDataset(BaseDetDataset):
         data_root/
           images/set{00-11}/V{000}/visible/I{00000}.jpg   640x512 colour
           images/set{00-11}/V{000}/lwir/I{00000}.jpg      aligned thermal
-          annotations/set{00-11}/V{000}/I{00000}.txt      bbGt text
+          <annotations>                                    any release below
           imageSets/train-all-02.txt, test-all-20.txt     'set00/V000/I01225'
 
-    Annotations are Dollar's bbGt text (``% bbGt version=3``, then
-    ``person x y w h occ vx vy vw vh ign ang`` per object): the format of the
-    original release and of the widely used sanitized training and improved
-    test annotations. Those are often shipped flat
-    (``set00_V000_I01225.txt``): set ``ann_name='{set}_{video}_{frame}.txt'``
-    and ``data_prefix['ann']`` to their folder.
+    The annotation release is found by itself (``ann_layout='auto'``):
+    in ``data_prefix['ann']``, or, when that is not given, in
+    ``annotations/``, ``annotations-xml-new/`` then ``annotations_paired/``,
+    the first listed frames are looked up as
 
-    Only ``person`` boxes are trained on and evaluated. ``people``,
-    ``cyclist``, ``person?`` and every box flagged ``ign``, lower than
-    ``min_height`` or more occluded than ``max_occlusion`` become ignore
-    regions (``ignore_flag=1``): KAIST's "reasonable" setting is
-    ``min_height=55, max_occlusion=1`` (no or partial occlusion).
+    - ``setNN/VNNN/{visible,lwir}/INNNNN.txt``: AR-CNN's KAIST-Paired, one
+      bbGt file per modality (``'paired'``);
+    - ``setNN/VNNN/INNNNN.txt``: the original bbGt text (``'bbgt'``);
+    - ``setNN_VNNN_INNNNN.txt``: flat bbGt text, as the sanitized training
+      and the improved test annotations ship (``'flat'``);
+    - ``setNN/VNNN/INNNNN.xml``: kaist-cvpr15's ``annotations-xml-new``
+      (``'xml'``).
+
+    The first match is used (the others found are logged); none is an
+    error that lists every path looked for. ``ann_layout`` names one layout
+    instead, ``ann_name`` any other file name.
+
+    Each instance keeps the raw annotation the benchmark's evaluation needs
+    (``KAISTMissRate`` applies the official settings to it): ``label_name``,
+    ``occlusion`` (0 none, 1 partial, 2 heavy) and ``ign`` (the bbGt
+    ignore flag). ``bbox`` is ``[x, y, x + w, y + h]`` of the file's
+    ``x y w h``. With KAIST-Paired, ``vis_bbox`` and ``ir_bbox`` hold both
+    modalities' boxes, ``bbox`` is the one ``paired_box`` names, and
+    ``ir_offset`` is the infrared box centre minus the visible one
+    (``[dx, dy]`` pixels: the pair's disparity for that person).
+
+    Only ``person`` is trained on. Other labels (``people``, ``cyclist``,
+    ``person?``...), boxes flagged ``ign``, lower than ``min_height`` or
+    more occluded than ``max_occlusion`` are ignore regions
+    (``ignore_flag=1``).
+
+    Verified on real files: the kaist-cvpr15 ``annotations-xml-new``
+    (95,324 files, 109,629 boxes) with its CRLF ``imageSets``, and the
+    improved test annotations (2,252 flat files, 4,254 boxes, identical to
+    the xml release on those frames). KAIST-Paired follows the paths its
+    author gives, a file of it quoted in AR-CNN's issue tracker and the
+    readers published with it; the sanitized training annotations share
+    the improved ones' reader (neither release could be fetched); see
+    docs/user_guides/datasets.md.
 
     Args:
         ann_file (str): the image list (required), relative to data_root.
-        data_prefix (dict): ``img`` (the ``images`` folder) and ``ann``.
-        ann_name (str): annotation file of a frame, formatted with ``set``,
-            ``video``, ``frame``. Defaults to ``'{set}/{video}/{frame}.txt'``.
+        data_prefix (dict): ``img`` (the ``images`` folder, default
+            ``'images/'``) and optionally ``ann`` (the annotation folder).
+        ann_layout (str): ``'auto'`` (default), ``'bbgt'``, ``'flat'``,
+            ``'xml'`` or ``'paired'``.
+        ann_name (str, optional): the annotation file of a frame, formatted
+            with ``set``, ``video``, ``frame`` (and ``modality``,
+            ``visible``/``lwir``, for ``ann_layout='paired'``); read as xml
+            when it ends in ``.xml``, else as bbGt text. Defaults to the
+            layout's.
+        paired_box (str): with KAIST-Paired, the modality whose box is
+            ``bbox`` (trained on and evaluated): ``'visible'`` (default) or
+            ``'infrared'``.
         visible_dir (str), infrared_dir (str): modality folders inside a
             video folder. Default ``'visible'`` and ``'lwir'``.
         img_suffix (str): ``'.jpg'``.
         min_height (float): persons lower than this (pixels) are ignored.
-        max_occlusion (int): persons with a larger occlusion level (0 none,
-            1 partial, 2 heavy) are ignored.
+        max_occlusion (int): persons with a larger occlusion level are
+            ignored.
         img_shape (tuple, optional): ``(height, width)`` of every frame
             (KAIST: 512x640). None reads each visible image's size.
         on_missing_pair (str): ``'error'`` (default) or ``'skip'``.
+        require_images (bool): check that both images of every frame exist
+            (default True). False reads the annotations alone (scoring
+            detection files: tools/eval_kaist.py).
         **kwargs: :class:`mmdet.datasets.BaseDetDataset` arguments.
     """
 
@@ -105,7 +125,9 @@ class KAISTDataset(BaseDetDataset):
     def __init__(self,
                  *args,
                  data_prefix: Optional[Dict[str, str]] = None,
-                 ann_name: str = '{set}/{video}/{frame}.txt',
+                 ann_layout: str = 'auto',
+                 ann_name: Optional[str] = None,
+                 paired_box: str = 'visible',
                  visible_dir: str = 'visible',
                  infrared_dir: str = 'lwir',
                  img_suffix: str = '.jpg',
@@ -113,8 +135,20 @@ class KAISTDataset(BaseDetDataset):
                  max_occlusion: int = 2,
                  img_shape: Optional[Sequence[int]] = (512, 640),
                  on_missing_pair: str = 'error',
+                 require_images: bool = True,
                  **kwargs) -> None:
+        if ann_layout not in ANN_LAYOUTS:
+            raise ValueError(f'KAISTDataset: ann_layout={ann_layout!r}; '
+                             f'choose one of {ANN_LAYOUTS}')
+        if ann_name is not None and ann_layout == 'auto':
+            ann_layout = ('paired' if '{modality}' in ann_name else
+                          'xml' if ann_name.endswith('.xml') else 'bbgt')
+        if paired_box not in PAIRED_BOXES:
+            raise ValueError(f'KAISTDataset: paired_box={paired_box!r}; '
+                             f'choose one of {PAIRED_BOXES}')
+        self.ann_layout = ann_layout
         self.ann_name = ann_name
+        self.paired_box = paired_box
         self.visible_dir = visible_dir
         self.infrared_dir = infrared_dir
         self.img_suffix = img_suffix
@@ -122,6 +156,7 @@ class KAISTDataset(BaseDetDataset):
         self.max_occlusion = max_occlusion
         self.img_shape = tuple(img_shape) if img_shape else None
         self.on_missing_pair = check_missing_pair_policy(on_missing_pair)
+        self.require_images = require_images
         prefix = dict(KAIST_PREFIX, **(data_prefix or {}))
         owner = f'KAISTDataset({kwargs.get("ann_file", "")})'
         # before the annotations are read: a broken pipeline fails fast
@@ -130,6 +165,53 @@ class KAISTDataset(BaseDetDataset):
         # each sample's steps are watched (PairedCompose)
         self.pipeline = paired_pipeline(self.pipeline, owner)
 
+    # ------------------------------------------------------------ layout
+    def _candidates(self) -> List[Tuple[str, str, str]]:
+        """(folder, layout, template) pairs to try, in order."""
+        if 'ann' in self.data_prefix:
+            folders = [self.data_prefix['ann']]
+        else:
+            folders = [osp.join(self.data_root or '', f) for f in ANN_FOLDERS]
+        if self.ann_layout == 'auto':
+            layouts = ['paired', 'bbgt', 'flat', 'xml']
+        else:
+            layouts = [self.ann_layout]
+        return [(folder, layout, self.ann_name or LAYOUTS[layout][0])
+                for folder in folders for layout in layouts]
+
+    def _find_layout(self, owner: str,
+                     frames: List[Tuple[str, str, str]]) -> Tuple[str, ...]:
+        """The (folder, layout, template) whose files the first listed
+        frames have."""
+        probed = frames[:NUM_PROBED]
+        found, looked = [], []
+        for folder, layout, template in self._candidates():
+            for i, frame in enumerate(probed):
+                paths = layout_files(layout, template, folder, *frame)
+                if i == 0:
+                    looked.append(' + '.join(paths))
+                if all(exists(p, backend_args=self.backend_args)
+                       for p in paths):
+                    found.append((folder, layout, template))
+                    break
+        if not found:
+            raise FileNotFoundError(
+                f'{owner}: no annotation file for the first '
+                f'{len(probed)} listed frames (from {"/".join(frames[0])}).'
+                ' Looked for: ' + '; '.join(looked) + '. Set '
+                "data_prefix=dict(ann='<annotation folder>/') and, if "
+                'needed, ann_layout (one of '
+                f'{ANN_LAYOUTS[1:]}) or ann_name.')
+        if len(found) > 1:
+            log(f'{owner}: annotations read from {found[0][0]} '
+                f'({LAYOUTS[found[0][1]][1]}); also present: '
+                + ', '.join(f'{f} ({LAYOUTS[lay][1]})'
+                            for f, lay, _ in found[1:]) +
+                "; set data_prefix['ann'] / ann_layout to choose",
+                logging.WARNING)
+        return found[0]
+
+    # -------------------------------------------------------------- list
     def load_data_list(self) -> List[dict]:
         """One data info per listed frame, with its LWIR partner."""
         owner = f'KAISTDataset({self.ann_file})'
@@ -143,60 +225,86 @@ class KAISTDataset(BaseDetDataset):
         ]
         if not frames:
             raise FileNotFoundError(f'{owner}: the image list is empty')
+        folder, layout, template = self._find_layout(owner, frames)
+        self.ann_source = dict(folder=folder, layout=layout,
+                               template=template)
         missing: List[MissingPair] = []
         missing_ann: List[str] = []
         entries = []
         for set_id, video, frame in frames:
-            folder = osp.join(self.data_prefix['img'], set_id, video)
-            vis = osp.join(folder, self.visible_dir, frame + self.img_suffix)
-            ir = osp.join(folder, self.infrared_dir, frame + self.img_suffix)
-            ann = osp.join(self.data_prefix['ann'], self.ann_name.format(
-                set=set_id, video=video, frame=frame))
-            has_vis = exists(vis, backend_args=self.backend_args)
-            has_ir = exists(ir, backend_args=self.backend_args)
-            if not (has_vis and has_ir):
-                missing.append((vis, ir, missing_side(has_vis, has_ir)))
+            img_dir = osp.join(self.data_prefix['img'], set_id, video)
+            vis = osp.join(img_dir, self.visible_dir, frame + self.img_suffix)
+            ir = osp.join(img_dir, self.infrared_dir, frame + self.img_suffix)
+            anns = layout_files(layout, template, folder, set_id, video,
+                                frame)
+            if self.require_images:
+                has_vis = exists(vis, backend_args=self.backend_args)
+                has_ir = exists(ir, backend_args=self.backend_args)
+                if not (has_vis and has_ir):
+                    missing.append((vis, ir, missing_side(has_vis, has_ir)))
+                    continue
+            absent = [a for a in anns
+                      if not exists(a, backend_args=self.backend_args)]
+            if absent:
+                missing_ann.extend(absent)
                 continue
-            if not exists(ann, backend_args=self.backend_args):
-                missing_ann.append(ann)
-                continue
-            entries.append((f'{set_id}/{video}/{frame}', vis, ir, ann))
+            entries.append((f'{set_id}/{video}/{frame}', vis, ir, anns))
         raise_missing_annotations(
             owner, missing_ann, len(frames),
-            f'frames have no annotation file (ann_name={self.ann_name!r})')
+            f'frames have no annotation file ({LAYOUTS[layout][1]}: '
+            f'{osp.join(folder, template)})')
         handle_missing_pairs(owner, missing, len(frames),
                              self.on_missing_pair)
         data_list = [self.parse_data_info(dict(
-            img_id=img_id, img_path=vis, ir_img_path=ir, ann_path=ann))
-            for img_id, vis, ir, ann in entries]
+            img_id=img_id, img_path=vis, ir_img_path=ir, ann_paths=anns))
+            for img_id, vis, ir, anns in entries]
         ignored = sum(i['ignore_flag'] for d in data_list
                       for i in d['instances'])
-        if ignored:
-            log(f'{owner}: {ignored} boxes are ignore regions (not person, '
-                f'flagged, lower than {self.min_height} px or occlusion > '
-                f'{self.max_occlusion})', logging.INFO)
+        log(f'{owner}: {len(data_list)} frames, annotations from {folder} '
+            f'({LAYOUTS[layout][1]}); {ignored} boxes are ignore regions '
+            f'(not person, flagged, lower than {self.min_height} px or '
+            f'occlusion > {self.max_occlusion})', logging.INFO)
         return data_list
 
+    # ------------------------------------------------------------ frame
+    def _read(self, path: str) -> List[dict]:
+        text = get_text(path, backend_args=self.backend_args)
+        if path.endswith('.xml'):
+            return parse_kaist_xml(text, path)
+        return parse_bbgt(text, path)
+
+    def _instance(self, obj: dict) -> dict:
+        x1, y1, x2, y2 = obj['bbox']
+        valid = (obj['label'] == 'person' and not obj['ign']
+                 and y2 - y1 >= self.min_height
+                 and obj['occlusion'] <= self.max_occlusion
+                 and x2 > x1 and y2 > y1)
+        return dict(bbox=obj['bbox'], bbox_label=0,
+                    ignore_flag=0 if valid else 1, label_name=obj['label'],
+                    occlusion=obj['occlusion'], ign=obj['ign'])
+
     def parse_data_info(self, raw: dict) -> dict:
-        """Parse one frame's annotation into a data info."""
-        objects = parse_bbgt(
-            get_text(raw['ann_path'], backend_args=self.backend_args),
-            raw['ann_path'])
+        """Parse one frame's annotation file(s) into a data info."""
+        paths = raw['ann_paths']
+        if len(paths) == 2:
+            pairs = pair_objects(self._read(paths[0]), self._read(paths[1]),
+                                 paths)
+            instances = []
+            for vis, ir in pairs:
+                chosen = vis if self.paired_box == 'visible' else ir
+                inst = self._instance(chosen)
+                (vx, vy), (ix, iy) = _centre(vis['bbox']), _centre(ir['bbox'])
+                inst.update(vis_bbox=vis['bbox'], ir_bbox=ir['bbox'],
+                            ir_offset=[ix - vx, iy - vy])
+                instances.append(inst)
+        else:
+            instances = [self._instance(o) for o in self._read(paths[0])]
         if self.img_shape is not None:
             height, width = self.img_shape
         else:
             img = mmcv.imfrombytes(
                 get(raw['img_path'], backend_args=self.backend_args))
             height, width = img.shape[:2]
-        instances = []
-        for obj in objects:
-            x1, y1, x2, y2 = obj['bbox']
-            valid = (obj['label'] == 'person' and not obj['ignore']
-                     and y2 - y1 >= self.min_height
-                     and obj['occlusion'] <= self.max_occlusion
-                     and x2 > x1 and y2 > y1)
-            instances.append(dict(bbox=obj['bbox'], bbox_label=0,
-                                  ignore_flag=0 if valid else 1))
         return dict(img_id=raw['img_id'], img_path=raw['img_path'],
                     ir_img_path=raw['ir_img_path'], height=height,
                     width=width, instances=instances)

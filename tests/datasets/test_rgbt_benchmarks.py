@@ -105,8 +105,9 @@ test_pipeline = [
     dict(type='PairedResize', scale=img_scale, keep_ratio=True),
     dict(type='LoadAnnotations', with_bbox=True),
     dict(type='PackPairedDetInputs',
+         # 'instances': the raw annotation KAISTMissRate reads
          meta_keys=('img_id', 'img_path', 'ir_img_path', 'ori_shape',
-                    'img_shape', 'scale_factor'))]
+                    'img_shape', 'scale_factor', 'instances'))]
 """
 
 BENCHMARKS = {
@@ -115,7 +116,8 @@ BENCHMARKS = {
         dataset_extra="img_shape=None, min_height=15,",
         extra="default_hooks = dict(checkpoint=dict(save_best='kaist/MR-2', "
         "rule='less'))\n",
-        keys=('kaist/MR-2', 'coco/bbox_mAP', 'coco/bbox_mAP_50')),
+        keys=('kaist/MR-2', 'kaist/MR-2_day', 'kaist/MR-2_all',
+              'coco/bbox_mAP', 'coco/bbox_mAP_50')),
     'flir': dict(
         build=build_flir, base='flir_aligned.py', num_classes=3,
         dataset_extra='', extra='',

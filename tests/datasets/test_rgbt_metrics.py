@@ -98,3 +98,15 @@ def test_coco_style_ignored_ground_truth_is_crowd():
 def test_coco_style_refuses_an_annotation_file():
     with pytest.raises(ValueError, match='ann_file'):
         METRICS.build(dict(type='CocoStyleMetric', ann_file='x.json'))
+
+
+def test_miss_rate_counts_negative_scores_unless_told():
+    # one image: a false positive at -0.1 ranks before the hit at -0.5
+    samples = [sample('a', gt=[A], pred=[([60, 60, 80, 99], -.1),
+                                         (A, -.5)])]
+    fp_first = math.exp(math.log(1e-10) / 9)
+    assert evaluate(dict(type='LogAverageMissRate'), samples)[
+        'kaist/MR-2'] == pytest.approx(fp_first)
+    # score_thr drops them: nothing detected
+    assert evaluate(dict(type='LogAverageMissRate', score_thr=0.0),
+                    samples)['kaist/MR-2'] == pytest.approx(1.0)
