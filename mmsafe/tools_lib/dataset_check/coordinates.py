@@ -16,13 +16,13 @@ split's totals (:func:`base_shift`) give the verdict:
   are met at 1: one too few.
 
 A spike needs :data:`MIN_CONTACTS` coordinates and at least :data:`SHARE`
-of the count at the healthy value(s): read with the right base, a
-coordinate past the border is an annotation slip (a few in 100,000 on
-the real releases below), not a quarter of the border contacts. Boxes starting at 1 and ending at
-``width`` give no verdict: PASCAL VOC's 1-based files read as 0-based look
-like that, and so do labelImg's files read correctly (0-based, with a
-minimum below 1 raised to 1). On real releases, each read with the base
-its dataset uses: aligned FLIR (5,141 frames, 40,765 boxes), M3FD
+of the count at the healthy value(s): read with the right base, a box
+past the border is an annotation slip (at most 39 of 110,447 boxes on the
+real releases below), not a quarter of the border contacts. Boxes
+starting at 1 and ending at ``width`` give no verdict: PASCAL VOC's
+1-based files read as 0-based look like that, and so do labelImg's files
+read correctly (0-based, with a minimum below 1 raised to 1). On real
+releases, each read with the base its dataset uses: aligned FLIR (5,141 frames, 40,765 boxes), M3FD
 (4,200, 34,407), LLVIP (100, 439) and KAIST's ``annotations-xml-new``
 (45,471 frames with boxes, 110,447 boxes, as ``x, y, x + w, y + h``) give
 no verdict; aligned FLIR read 1-based and KAIST's xml read minus one give
@@ -148,13 +148,13 @@ def coordinate_findings(records: Sequence[dict], leaves: Sequence,
                     f'{low[2]} start at 1 and {low[1]} at 0')
         shown = ', '.join(str(f) for f in files[:3])
         more = f' (+{len(files) - 3} more)' if len(files) > 3 else ''
+        way = 'left/up' if shift < 0 else 'right/down'
         findings.append(dict(
             index=None, img_path=None, ir_img_path=None,
             **issue('coordinate_base',
                     f'{type(leaf).__name__}: {what} ({boxes} boxes): the '
-                    f'boxes are 1 px {"left/up" if shift < 0 else "right/down"}'
-                    f' of their objects. {_fix(leaf, shift)}. Files: '
-                    f'{shown}{more}', 'dataset',
+                    f'boxes are 1 px {way} of their objects. '
+                    f'{_fix(leaf, shift)}. Files: {shown}{more}', 'dataset',
                     files=files, shift=shift)))
     return summary, findings
 
