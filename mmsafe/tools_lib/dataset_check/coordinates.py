@@ -153,7 +153,7 @@ def coordinate_findings(records: Sequence[dict], leaves: Sequence,
             index=None, img_path=None, ir_img_path=None,
             **issue('coordinate_base',
                     f'{type(leaf).__name__}: {what} ({boxes} boxes): the '
-                    f'boxes are 1 px {way} of their objects. '
+                    f'boxes are 1 px {way} of their objects: '
                     f'{_fix(leaf, shift)}. Files: {shown}{more}', 'dataset',
                     files=files, shift=shift)))
     return summary, findings
