@@ -65,13 +65,16 @@ class LLVIPDataset(BaseDetDataset):
     numbering (loaded: 0 to width - 1). The same pattern comes from
     labelImg, which LLVIP's annotation tutorial uses: it writes 0-based
     pixel positions but raises a minimum below 1 to 1. Measured on the
-    images, the two readings differ by one pixel and the measures do not
-    agree (read 0-based, box centre minus warm-silhouette centre: 0.24 +-
-    0.10 px in x from the brightness edges, 389 boxes; per box, right
-    minus left margin 0.32 +- 0.32 on the 205 boxes within 8 px, 2.09 +-
-    0.77 on all, where 0-based predicts 0 and 1-based 2). So the format's
-    own convention stays: ``BBOX_BASE = 1``; ``bbox_base=0`` reads the
-    files as LLVIP's own conversion scripts do.
+    infrared images the two readings differ by one pixel and the measures
+    do not agree: the warm silhouette's centre (from the mean brightness
+    edges of 389 boxes, 5 blocks of 20 frames) lies 0.24 +- 0.10 px right
+    of the box centre read 0-based, 1.24 px read 1-based, which favours
+    0-based; per box, right minus left margin of the silhouette is 0.32 +-
+    0.32 px on the 205 boxes within 8 px (0-based predicts 0, 1-based 2)
+    but 2.09 +- 0.77 px on all 389. One scene, 100 consecutive frames: not
+    enough to overturn the format's own convention, so ``BBOX_BASE = 1``;
+    ``bbox_base=0`` reads the files as LLVIP's own conversion scripts
+    do.
 
     Args:
         ann_file (str): optional ImageSets file, one stem (or file name) per
