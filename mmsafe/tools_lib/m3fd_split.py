@@ -2,7 +2,7 @@
 
 TarDAL, the reference code by M3FD's authors, splits by scene ranges listed
 in a ``meta/scenario.json`` that is not published with the data; follow-up
-work reports random splits by ratio (8:1:1 is the common one) without
+work reports random splits by ratio (CDDFuse: 8:1:1) without
 publishing the lists. So the split is made here, reproducibly:
 
 * ``ratios`` (default 8:1:1): frames (or blocks of ``block`` consecutive
