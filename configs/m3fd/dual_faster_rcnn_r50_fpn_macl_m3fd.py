@@ -1,6 +1,8 @@
 # Dual-stream Faster R-CNN (ResNet-50 FPN per modality, ImageNet init) with
 # MACL on M3FD (data/M3FD_Detection, see configs/_base_/datasets/m3fd.py):
-# People, Car, Bus, Motorcycle, Lamp, Truck.
+# the 6 classes of mmsafe.datasets.m3fd.M3FD_CLASSES (TarDAL's order:
+# People, Car, Bus, Lamp, Motorcycle, Truck).
+#   python tools/make_m3fd_split.py data/M3FD_Detection   # once
 #   python tools/train.py configs/m3fd/dual_faster_rcnn_r50_fpn_macl_m3fd.py
 _base_ = [
     '../_base_/models/dual_faster_rcnn_r50_fpn.py',
@@ -9,7 +11,7 @@ _base_ = [
     '../_base_/safety_runtime.py',
 ]
 custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
-model = dict(roi_head=dict(bbox_head=dict(num_classes=6)))
+model = dict(roi_head=dict(bbox_head=dict(num_classes=6)))  # M3FD_CLASSES
 
 # Normalisation: ImageNet statistics. For M3FD's own, run
 #   python tools/check_dataset.py \

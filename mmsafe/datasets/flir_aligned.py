@@ -36,6 +36,21 @@ class FLIRAlignedDataset(LLVIPDataset):
     every ``*_RGB.jpg`` of the image folder is used. Pairing, missing
     partners, VOC parsing and filtering are those of :class:`LLVIPDataset`.
 
+    The xml files count from 0 (``BBOX_BASE = 0``): the values are loaded
+    as they are, unlike PASCAL VOC's. Checked on the boxes of 5,141 frames
+    of the release (4,128 of the 4,129 train frames, all 1,013 validation
+    ones; 40,765 boxes, every frame 640x512), read back exactly from the
+    COCO files that the public repository ``ganlumomo/voc2coco`` converted
+    from the release's ``Annotations/*.xml``
+    (``flir_aligned_split/thermal_*``, ``outputs/thermal-val-coco.json``;
+    its converter writes ``x = xmin - 1``, ``w = xmax - x``, so ``xmin = x
+    + 1`` and ``xmax = x + w``):
+    ``xmin`` is 0 on 1,363 boxes and 1 on 301, ``xmax`` is 639 on 1,034,
+    640 on none (641 on one box), ``ymax`` 511 on 13 and never 512. Both
+    image borders are reached at 0 and at width - 1: 0-based pixel
+    indices. Read 1-based (VOC's minus one), those 1,363 boxes would start
+    at x = -1 and no box would reach the right border.
+
     Args:
         data_prefix (dict): folders relative to ``data_root``. Defaults to
             ``dict(img='JPEGImages/', ir_img='JPEGImages/',
@@ -49,6 +64,8 @@ class FLIRAlignedDataset(LLVIPDataset):
     METAINFO = dict(
         classes=('person', 'car', 'bicycle'),
         palette=[(220, 20, 60), (0, 0, 142), (119, 11, 32)])
+    #: the release's xml files count from 0 (see the docstring)
+    BBOX_BASE = 0
 
     def __init__(self, *args, data_prefix: Optional[Dict[str, str]] = None,
                  visible_suffix: str = '_RGB.jpg',

@@ -4,7 +4,9 @@ Builds the split's dataset from the config exactly as training does, walks
 every sample through its pipeline in a DataLoader with worker processes, and
 reports missing or unreadable partner images, size mismatches between the
 modalities, samples with no valid instances after the pipeline, degenerate or
-out-of-image boxes and labels outside the class range::
+out-of-image boxes (each image with its own size), negative coordinates, a
+coordinate base that the boxes at the image borders contradict, and labels
+outside the class range::
 
     python tools/check_dataset.py CONFIG [--split train|val|test]
         [--cfg-options k=v ...] [--json OUT.json] [--workers N]
@@ -48,8 +50,9 @@ def parse_args(argv=None):
     parser.add_argument('--limit', type=int,
                         help='check only the first N samples')
     parser.add_argument('--box-tolerance', type=float, default=1.0,
-                        help='pixels a box may reach beyond the image '
-                        '(VOC coordinates start at 1; default 1)')
+                        help='pixels a box may reach past the image border '
+                        'as a warning (box_past_border) before it is an '
+                        'error (out_of_image_box); default 1')
     parser.add_argument('--seed', type=int, default=0,
                         help='seed of the random augmentations')
     parser.add_argument('--strict', action='store_true',

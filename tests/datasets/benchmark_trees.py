@@ -11,6 +11,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import cv2
 
+from mmsafe.datasets.m3fd import M3FD_CLASSES as M3FD_DATASET_CLASSES
 from mmsafe.datasets.synthetic_llvip import render_pair, synthetic_params
 
 IMG_SIZE = (96, 80)
@@ -35,13 +36,15 @@ def _text(path: str, text: str) -> None:
         f.write(text)
 
 
-def voc(filename: str, objects: Sequence[Tuple[str, List[int]]]) -> str:
-    """VOC xml with 1-based inclusive pixel coordinates."""
+def voc(filename: str, objects: Sequence[Tuple[str, List[int]]],
+        base: int = 1) -> str:
+    """VOC xml with inclusive pixel coordinates counted from ``base`` (1:
+    PASCAL VOC and M3FD, 0: the aligned FLIR release)."""
     objs = ''.join(
         f'<object><name>{name}</name><pose>Unspecified</pose><truncated>0'
-        f'</truncated><difficult>0</difficult><bndbox><xmin>{b[0] + 1}</xmin>'
-        f'<ymin>{b[1] + 1}</ymin><xmax>{b[2] + 1}</xmax><ymax>{b[3] + 1}'
-        '</ymax></bndbox></object>' for name, b in objects)
+        f'</truncated><difficult>0</difficult><bndbox><xmin>{b[0] + base}'
+        f'</xmin><ymin>{b[1] + base}</ymin><xmax>{b[2] + base}</xmax><ymax>'
+        f'{b[3] + base}</ymax></bndbox></object>' for name, b in objects)
     w, h = IMG_SIZE
     return (f'<annotation><folder>data</folder><filename>{filename}'
             f'</filename><size><width>{w}</width><height>{h}</height>'
@@ -99,7 +102,7 @@ def build_flir(root: str, num_train: int = 6, num_test: int = 4) -> Dict:
             objects = [(FLIR_CLASSES[k % 3], b) for k, b in enumerate(boxes)]
             objects.append(('dog', [1, 1, 10, 10]))  # not a class: skipped
             _text(osp.join(root, 'Annotations', frame + '_PreviewData.xml'),
-                  voc(frame + '_PreviewData.jpeg', objects))
+                  voc(frame + '_PreviewData.jpeg', objects, base=0))
             ids[split].append(frame)
     _text(osp.join(root, 'align_train.txt'), '\n'.join(ids['train']) + '\n')
     _text(osp.join(root, 'align_validation.txt'),
@@ -107,7 +110,7 @@ def build_flir(root: str, num_train: int = 6, num_test: int = 4) -> Dict:
     return ids
 
 
-M3FD_CLASSES = ('People', 'Car', 'Bus', 'Motorcycle', 'Lamp', 'Truck')
+M3FD_CLASSES = M3FD_DATASET_CLASSES
 
 
 def build_m3fd(root: str, num_train: int = 6, num_test: int = 4) -> Dict:

@@ -1,9 +1,12 @@
-# FLIR ADAS, aligned visible/thermal pairs (640x512), in the release layout:
+# FLIR ADAS, aligned visible/thermal pairs (640x512), in the release layout
+# (the folder the release unpacks as, align/):
 #   data/FLIR_aligned/JPEGImages/FLIR_{n}_RGB.jpg           visible
 #   data/FLIR_aligned/JPEGImages/FLIR_{n}_PreviewData.jpeg  thermal
-#   data/FLIR_aligned/Annotations/FLIR_{n}_PreviewData.xml  VOC xml
-#   data/FLIR_aligned/align_train.txt (4,129), align_validation.txt (1,013)
-# Classes person, car, bicycle (other names in the xml are skipped).
+#   data/FLIR_aligned/Annotations/FLIR_{n}_PreviewData.xml  VOC xml, 0-based
+#   data/FLIR_aligned/align_train.txt, align_validation.txt (1,013 frames)
+# Classes person, car, bicycle (other names in the xml are skipped). The
+# xml count from 0: FLIRAlignedDataset loads the values as they are
+# (BBOX_BASE = 0; docs/user_guides/datasets.md says what it was checked on).
 dataset_type = 'FLIRAlignedDataset'
 data_root = 'data/FLIR_aligned/'
 backend_args = None

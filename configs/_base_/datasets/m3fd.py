@@ -1,15 +1,19 @@
-# M3FD (multi-scenario multi-modality detection, 4,200 pairs of 1024x768) in
-# its released layout:
+# M3FD (multi-scenario multi-modality detection, 4,200 pairs) in its
+# released layout:
 #   data/M3FD_Detection/Vis/{stem}.png         visible
 #   data/M3FD_Detection/Ir/{stem}.png          infrared
-#   data/M3FD_Detection/Annotation/{stem}.xml  VOC xml
-# Classes People, Car, Bus, Motorcycle, Lamp, Truck. M3FD publishes no
-# split: list the stems of yours in ImageSets/train.txt and ImageSets/val.txt
-# (README: an 80/20 split in one command).
+#   data/M3FD_Detection/Annotation/{stem}.xml  VOC xml with <size>, 1-based
+# 3,926 pairs are 1024x768 and 274 smaller (880x520 ... 400x280); each
+# sample's size comes from its xml. Classes: mmsafe.datasets.m3fd's
+# M3FD_CLASSES (People, Car, Bus, Lamp, Motorcycle, Truck: TarDAL's order),
+# set by M3FDDataset itself. M3FD publishes no split: write
+# ImageSets/{train,val,test}.txt with
+#   python tools/make_m3fd_split.py data/M3FD_Detection
+# (8:1:1, the same lists on every machine; docs/user_guides/datasets.md).
 dataset_type = 'M3FDDataset'
 data_root = 'data/M3FD_Detection/'
 backend_args = None
-img_scale = (1024, 768)  # M3FD's own resolution
+img_scale = (1024, 768)  # M3FD's main resolution; smaller frames scale up
 
 train_pipeline = [
     dict(type='LoadPairedImageFromFile', backend_args=backend_args),

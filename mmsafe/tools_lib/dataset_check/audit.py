@@ -10,9 +10,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from mmsafe.datasets.walk import resolve_index
+from mmsafe.datasets.walk import leaf_datasets, resolve_index
 from .checks import (ERROR, WARNING, check_packed, check_raw, class_names,
                      issue, unpack_result)
+from .coordinates import coordinate_findings
 from .report import summarize
 
 
@@ -25,8 +26,9 @@ class PairAuditDataset(Dataset):
         show_indices (Sequence[int]): samples to draw into ``show_dir``.
         show_dir (str, optional): where to write ``visible | infrared``
             images with boxes, as the pipeline outputs them.
-        box_tolerance (float): pixels a box may extend beyond the image
-            (VOC's ``minus_one`` makes a box at the border start at -1).
+        box_tolerance (float): pixels a box may reach past the image
+            border before it is ``out_of_image_box`` (an error); within it
+            the box is ``box_past_border`` (a warning).
     """
 
     def __init__(self,
@@ -43,13 +45,14 @@ class PairAuditDataset(Dataset):
         self.show_dir = show_dir
         self.box_tolerance = box_tolerance
         self.class_names = class_names(dataset)
+        self.leaves = leaf_datasets(dataset)
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, idx: int) -> dict:
         owner, local = resolve_index(self.dataset, idx)
-        record = dict(index=idx, issues=[])
+        record = dict(index=idx, issues=[], leaf=self._leaf_index(owner))
         try:
             info = owner.get_data_info(local)
         except Exception as exc:  # noqa: BLE001 - recorded per sample
@@ -107,6 +110,15 @@ class PairAuditDataset(Dataset):
         if idx in self.show_indices and self.show_dir and result is not None:
             record['shown'] = self._show(idx, result, record)
         return record
+
+    def _leaf_index(self, owner) -> Optional[int]:
+        """Which of :attr:`leaves` reads the sample ``owner`` holds (its
+        coordinate statistics are kept per leaf dataset)."""
+        for leaf in leaf_datasets(owner):
+            for i, known in enumerate(self.leaves):
+                if known is leaf:
+                    return i
+        return None
 
     def show_again(self, idx: int, record: dict,
                    prefix: str = '') -> Optional[str]:
@@ -262,7 +274,11 @@ def audit(dataset,
                 offsets['histogram'] = write_histogram(
                     os.path.join(show_dir, 'object_offsets_hist.png'),
                     offsets['d'], max_offset)
-    report = summarize(records, elapsed, workers, dataset, findings)
+    borders, base_findings = coordinate_findings(
+        records, audit_ds.leaves, issue)
+    report = summarize(records, elapsed, workers, dataset,
+                       list(findings) + base_findings)
+    report['box_borders'] = borders
     if offsets is not None:
         report['object_offsets'] = offsets
     return report

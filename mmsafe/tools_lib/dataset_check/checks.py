@@ -7,6 +7,7 @@ from typing import List
 
 import numpy as np
 
+from .coordinates import border_contacts
 
 ERROR = 'error'
 WARNING = 'warning'
@@ -26,6 +27,11 @@ CHECKS = OrderedDict([
                                   'from the image file')),
     ('degenerate_box', (ERROR, 'box with zero or negative width/height')),
     ('out_of_image_box', (ERROR, 'box outside the image')),
+    ('box_past_border', (WARNING, 'box coordinate past the image border by '
+                         'at most --box-tolerance px, or negative')),
+    ('coordinate_base', (WARNING, "the split's boxes at the image borders "
+                         'say the dataset reads them 1 px off (wrong '
+                         'coordinate base)')),
     ('label_out_of_range', (ERROR, 'label outside [0, num_classes)')),
     ('pipeline_error', (ERROR, 'the pipeline raised an exception')),
     ('pipeline_filtered', (WARNING, 'the pipeline returned None (training '
@@ -166,10 +172,37 @@ def check_raw(info: dict, num_classes: int, tol: float) -> dict:
                      dtype=np.float64).reshape(-1, 4)
     labels = np.array([i.get('bbox_label', 0) for i in instances
                        if 'bbox' in i], dtype=np.int64)
+    record = dict(raw_size=vis_size, raw_boxes=len(boxes),
+                  ann_path=info.get('xml_path') or info.get('ann_path'))
     if width is not None and height is not None:
         found += _box_issues(boxes, labels, float(width), float(height),
                              num_classes, tol, 'annotation', 'annotation')
-    return dict(issues=found, raw_size=vis_size, raw_boxes=len(boxes))
+        found += _past_border(boxes, float(width), float(height), tol)
+        record['border'] = border_contacts(boxes, float(width),
+                                           float(height))
+    return dict(issues=found, **record)
+
+
+def _past_border(boxes: np.ndarray, width: float, height: float,
+                 tol: float) -> List[dict]:
+    """Boxes past the border of their own image by at most ``tol`` px
+    (beyond it they are ``out_of_image_box``): the converted coordinates
+    are negative or beyond the width/height."""
+    if len(boxes) == 0:
+        return []
+    low = np.minimum(boxes[:, 0], boxes[:, 1])
+    over = np.maximum(boxes[:, 2] - width, boxes[:, 3] - height)
+    past = np.where(((low < 0) | (over > 0)) & (low >= -tol)
+                    & (over <= tol))[0]
+    if not len(past):
+        return []
+    return [issue(
+        'box_past_border',
+        f'{len(past)} box(es) past the border of the {width:g}x{height:g} '
+        f'image after conversion: {boxes[past[:3]].round(2).tolist()} '
+        '(negative, or beyond the size; many at exactly -1 mean a wrong '
+        'coordinate base, see coordinate_base)', 'annotation',
+        boxes=boxes[past].round(3).tolist())]
 
 
 def unpack_result(result):

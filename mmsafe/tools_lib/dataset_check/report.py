@@ -89,6 +89,9 @@ def format_report(report: dict, max_examples: int = 5) -> str:
                  f"{report['warnings']}  boxes after pipeline: "
                  f"{box.get('total')} (mean {box.get('mean')} per image)  "
                  f"image sizes: {report.get('image_sizes')}")
+    if report.get('box_borders'):
+        from .coordinates import format_borders
+        lines += format_borders(report['box_borders'])
     if report.get('object_offsets') is not None:
         from ..object_offsets import format_summary
         lines.append(format_summary(report['object_offsets']))

@@ -1,0 +1,19 @@
+"""Write M3FD's train/val/test lists: ``mmsafe.tools.make_m3fd_split``.
+
+The same command as ``mmsafe-make-m3fd-split`` and ``python -m mmsafe.tools.make_m3fd_split`` of
+an installed mmsafe (``python tools/make_m3fd_split.py --help`` lists the options).
+Run from a clone, this file puts the clone's mmsafe first on the path; in
+an installed package (``mmsafe/.mim/tools/``, where ``mim`` looks) it
+uses the installed one.
+"""
+import os.path as osp
+import sys
+
+_CLONE = osp.dirname(osp.dirname(osp.abspath(__file__)))
+if osp.isfile(osp.join(_CLONE, 'mmsafe', '__init__.py')):
+    sys.path.insert(0, _CLONE)
+
+from mmsafe.tools.make_m3fd_split import console_main  # noqa: E402
+
+if __name__ == '__main__':
+    sys.exit(console_main())
