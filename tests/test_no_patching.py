@@ -138,6 +138,9 @@ ALLOWED = {
     # preflight --json: its own process's log lines go to stderr while the
     # checks run, so that stdout carries the JSON only; restored after.
     ('mmsafe/tools/preflight.py', 'sys.stdout'),
+    # eval_kaist gives the Evaluator it built the dataset's metainfo, as
+    # MMEngine's runner does (Evaluator.dataset_meta is a public setter).
+    ('mmsafe/tools/eval_kaist.py', 'evaluator.dataset_meta'),
 }
 
 

@@ -14,7 +14,6 @@ of 20 consecutive frame numbers on one side; ``--scenario`` reproduces
 TarDAL's train / val lists from its ``scenario.json``.
 """
 import argparse
-import os.path as osp
 import sys
 
 def parse_args(argv=None):

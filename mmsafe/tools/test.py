@@ -7,8 +7,6 @@ Follows MMDetection's ``tools/test.py``::
 """
 import argparse
 import os
-import os.path as osp
-import sys
 
 def parse_args(argv=None):
     from mmengine.config import DictAction

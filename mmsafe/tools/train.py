@@ -13,8 +13,6 @@ Multi-GPU / multi-process (works on CPU with gloo as well)::
 import argparse
 import logging
 import os
-import os.path as osp
-import sys
 
 def parse_args(argv=None):
     from mmengine.config import DictAction

@@ -4,7 +4,6 @@ Single-process tests drive the wrappers through MMEngine's real
 ``train_step``; the 2-process gloo tests run ``tools/train.py`` with a real
 Runner and inject faults by rank and iteration (tests/engine/step_toys.py).
 """
-import importlib.util
 import math
 import os.path as osp
 import shutil
@@ -20,7 +19,7 @@ from mmsafe.engine.optimizers import (AmpNaNSkipOptimWrapper,
 from mmsafe.events import read_events
 from tests.engine import step_toys_runs as runs
 from tests.engine.step_toys import StepToyDataset, StepToyDetector
-from tests.utils import REPO_ROOT, cpu_and_cuda, skip_without_autocast
+from tests.utils import cpu_and_cuda, skip_without_autocast
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,8 @@ import os.path as osp
 
 import pytest
 
+from tests.utils import REPO_ROOT
+
 
 
 @pytest.fixture(scope='module')
