@@ -8,9 +8,9 @@ weakly aligned dataset (visible and infrared people offset by several
 pixels, as in KAIST) passes it too. Here each box gets a verdict of its
 own, from two measures:
 
-* **matching** (:mod:`.box_matching`): the box's gradient map found in the
-  other image, both ways (visible box in the infrared image, infrared box
-  in the visible one), and back; it gives the offset ``(dx, dy)``: where
+* **matching** (:mod:`.box_matching`): the visible box's gradient map
+  found in the infrared image, and back; it gives the offset ``(dx, dy)``:
+  where
   the box's content sits in the infrared image minus where it sits in the
   visible one, in pixels of the original image (the pipeline's
   ``scale_factor`` and horizontal flip undone);
