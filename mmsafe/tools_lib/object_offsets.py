@@ -157,6 +157,11 @@ def _to_original(dx: float, dy: float, scale_factor=None,
     return dx, dy
 
 
+def _one(value: float) -> str:
+    """One decimal, without a minus sign on a value that rounds to 0."""
+    return f'{round(value, 1) + 0.0:.1f}'
+
+
 def _label(row: Dict) -> Tuple[str, str]:
     """The short label drawn on the box and the words of the verdict."""
     verdict = row['verdict']
@@ -164,11 +169,11 @@ def _label(row: Dict) -> Tuple[str, str]:
         return (f"match {row['d']:.0f}px",
                 f"matched ({row['dx']:+.1f}, {row['dy']:+.1f})")
     if verdict == WARM:
-        return f"warm {row['contrast']:.1f}", _MEANING[WARM]
+        return f"warm {_one(row['contrast'])}", _MEANING[WARM]
     if verdict == OUTLINE:
-        return f"outline {row['texture']:.1f}", _MEANING[OUTLINE]
+        return f"outline {_one(row['texture'])}", _MEANING[OUTLINE]
     if verdict == EMPTY:
-        return f"empty {row['contrast']:.1f}", _MEANING[EMPTY]
+        return f"empty {_one(row['contrast'])}", _MEANING[EMPTY]
     return f"? {row['reason']}", f"no verdict: {row['reason']}"
 
 

@@ -202,3 +202,23 @@ def write_llvip_scene_tree(root: str, size: Tuple[int, int], num: int,
                   encoding='utf-8') as f:
             f.write(_voc_xml(f'{stem}.jpg', size[0], size[1], boxes))
     return root
+
+
+def write_llvip_night_tree(root: str, size: Tuple[int, int], num: int,
+                           seed: int = 0, split: str = 'train') -> str:
+    """:func:`night_pairs` (paired right) written as an LLVIP-layout tree
+    at ``root``: consecutive file numbers of one fixed-camera scene, each
+    file's people their own moment's."""
+    for sub in ('Annotations', f'visible/{split}', f'infrared/{split}'):
+        os.makedirs(osp.join(root, sub), exist_ok=True)
+    for i, (vis, ir, boxes, _) in enumerate(night_pairs(size, num,
+                                                         seed=seed)):
+        stem = f'{10001 + i:06d}'
+        cv2.imwrite(osp.join(root, f'visible/{split}/{stem}.jpg'), vis,
+                    [cv2.IMWRITE_JPEG_QUALITY, 92])
+        cv2.imwrite(osp.join(root, f'infrared/{split}/{stem}.jpg'), ir,
+                    [cv2.IMWRITE_JPEG_QUALITY, 92])
+        with open(osp.join(root, 'Annotations', f'{stem}.xml'), 'w',
+                  encoding='utf-8') as f:
+            f.write(_voc_xml(f'{stem}.jpg', size[0], size[1], boxes))
+    return root

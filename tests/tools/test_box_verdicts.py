@@ -62,6 +62,7 @@ def test_infrared_folder_one_file_late_is_flagged_at_night():
     for row in empty:
         assert row['disagrees'] is True and row['text'] == 'nothing here'
         assert row['label'].startswith('empty ')
+        assert '-0.0' not in row['label']
     # a box is vouched for where a person of that moment stands, or now
     # and then where it takes in a warm structure of the street (a wall
     # warmer than the ground)
