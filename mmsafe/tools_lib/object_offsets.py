@@ -242,12 +242,15 @@ def offsets_message(result: Dict) -> str:
     empty = sum(r['verdict'] == EMPTY for r in rows)
     far = [r for r in rows if r['confident'] and r['disagrees']]
     parts = []
+
+    def boxes(n: int) -> str:
+        return f'{n} box' if n == 1 else f'{n} boxes'
     if empty:
-        parts.append(f'{empty} show nothing in the infrared image where '
-                     'the box is (ground like its surroundings)')
+        parts.append(f'{boxes(empty)} with nothing in the infrared image '
+                     'where the box is (ground like its surroundings)')
     if far:
         shown = ', '.join(f'({r["dx"]:+.1f}, {r["dy"]:+.1f})' for r in far)
-        parts.append(f'{len(far)} are matched further off than '
+        parts.append(f'{boxes(len(far))} matched further off than '
                      f'{result["max_offset"]:g} px (offsets (dx, dy) in '
                      f'original pixels: {shown}; median |d| of the matched '
                      f'boxes {result["median_d"]:.1f} px)')

@@ -72,7 +72,7 @@ def test_infrared_folder_one_file_late_is_flagged_at_night():
     assert len(vouched) - len(by_person) <= 0.1 * len(rows), vouched
     for r in flagged:
         message = oo.offsets_message(r)
-        assert 'nothing in the infrared image where the box is' in message
+        assert 'with nothing in the infrared image where the box is' in message
         assert f"{r['disagree']} disagree" in message
         assert 'another moment' in message
 
