@@ -23,7 +23,8 @@ A match counts only where the infrared image shows a body (a match of
 background edges, the same in both images of a fixed camera, would read
 0 px while the person is gone), and only near the box when the box itself
 holds one (a chance match far away does not move a person the infrared
-image shows in place). The verdicts (:data:`VERDICTS`):
+image shows in place); a match of correlation ``strong_corr`` (0.9) or
+more counts wherever it lands (the box's own content is in both). The verdicts (:data:`VERDICTS`):
 
 ========== ===================================== =========================
 verdict    meaning                               agrees with the box when
@@ -90,13 +91,17 @@ def _split(kwargs: Dict) -> Tuple[Dict, Dict]:
 
 
 def box_verdict(visible: np.ndarray, infrared: np.ndarray,
-                box: Sequence[float], **kwargs) -> Dict:
+                box: Sequence[float], strong_corr: float = 0.9,
+                **kwargs) -> Dict:
     """The verdict of one box (pixels of the images given).
 
     Args:
         visible, infrared: ``H x W (x C)`` arrays (``hwc_view``), same
             size.
         box: ``(x1, y1, x2, y2)``.
+        strong_corr (float): a match at least this strong counts wherever
+            it lands (on real LLVIP night pairs, matches of the background
+            alone reached 0.80 with the people gone).
         **kwargs: :func:`mmsafe.tools_lib.box_matching.box_match`'s
             arguments, and :func:`mmsafe.tools_lib.box_presence.
             infrared_presence`'s with a ``presence_`` prefix.
@@ -126,6 +131,12 @@ def box_verdict(visible: np.ndarray, infrared: np.ndarray,
         near = np.hypot(dx, dy) <= 0.5 * min(x2 - x1, y2 - y1)
         if not measured or there['contrast'] is None:
             accepted = True  # nothing to check it against (image border)
+        elif match['corr'] >= strong_corr:
+            # the box's own content, not only its surroundings, is the same
+            # in both images (a background match with the person gone
+            # stays below: the visible crop holds a person the infrared
+            # one lacks)
+            accepted = True
         else:
             accepted = there['state'] in PRESENT and (
                 near or here['state'] not in PRESENT)

@@ -215,3 +215,23 @@ def test_infrared_template_finds_the_offset_too():
         assert both['confident'] and both['corr'] >= one['corr'] - 1e-6
     # the default is the visible box alone
     assert box_match(vis, ir, boxes[0])['template'] == 'visible'
+
+
+def test_a_near_perfect_match_counts_whatever_the_box_holds():
+    """The visible image loaded twice (FirstBatchStatsHook names that
+    fault itself): the dim visible person is no warm body, but the box's
+    content is found in place with correlation 1 and agrees; a weaker
+    match of the same place on the infrared image of the scene without
+    the person does not."""
+    bg = night(background(SIZE, 4))
+    bg = (bg[0] * 4.0 - 18.0, bg[1])
+    person = (150.0, 60.0, 40.0, 100.0)
+    vis, ir, boxes = draw_people(bg, [person], seed=2, cloth=(3, 5),
+                                 ir_people=[])
+    row = oo.pair_offsets(vis, vis, boxes)['boxes'][0]
+    assert row['verdict'] == 'matched' and row['corr'] > 0.99, row
+    assert row['presence'] == 'empty' and row['disagrees'] is False
+    row = oo.pair_offsets(vis, ir, boxes)['boxes'][0]
+    assert row['corr'] < 0.9 and row['verdict'] == 'empty', row
+    row = oo.pair_offsets(vis, vis, boxes, strong_corr=1.01)['boxes'][0]
+    assert row['verdict'] == 'empty', row
