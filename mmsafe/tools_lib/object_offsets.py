@@ -24,7 +24,8 @@ background edges, the same in both images of a fixed camera, would read
 0 px while the person is gone), and only near the box when the box itself
 holds one (a chance match far away does not move a person the infrared
 image shows in place); a match of correlation ``strong_corr`` (0.9) or
-more counts wherever it lands (the box's own content is in both). The verdicts (:data:`VERDICTS`):
+more counts wherever it lands (the box's own content is in both). The
+verdicts (:data:`VERDICTS`):
 
 ========== ===================================== =========================
 verdict    meaning                               agrees with the box when
@@ -53,6 +54,7 @@ import numpy as np
 
 from .box_matching import box_match
 from .box_presence import PRESENT, infrared_presence
+# the pictures are used through this module (tools/check_dataset.py)
 from .offset_pictures import (draw_offsets, histogram_image,  # noqa: F401
                               write_histogram)
 from .pair_alignment import hwc_view

@@ -211,8 +211,8 @@ def write_llvip_night_tree(root: str, size: Tuple[int, int], num: int,
     file's people their own moment's."""
     for sub in ('Annotations', f'visible/{split}', f'infrared/{split}'):
         os.makedirs(osp.join(root, sub), exist_ok=True)
-    for i, (vis, ir, boxes, _) in enumerate(night_pairs(size, num,
-                                                         seed=seed)):
+    pairs = night_pairs(size, num, seed=seed)
+    for i, (vis, ir, boxes, _) in enumerate(pairs):
         stem = f'{10001 + i:06d}'
         cv2.imwrite(osp.join(root, f'visible/{split}/{stem}.jpg'), vis,
                     [cv2.IMWRITE_JPEG_QUALITY, 92])

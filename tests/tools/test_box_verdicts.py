@@ -199,7 +199,6 @@ def test_infrared_template_finds_the_offset_too():
     """The infrared box looked for in the visible image (an option of
     box_match) measures the same infrared-minus-visible offset as the
     visible box looked for in the infrared image."""
-    rng = np.random.default_rng(0)
     people = [(40.0, 50.0, 40.0, 100.0), (150.0, 70.0, 36.0, 90.0),
               (240.0, 40.0, 42.0, 105.0)]
     # a dusk scene: dim visible people, a dark street
@@ -235,3 +234,38 @@ def test_a_near_perfect_match_counts_whatever_the_box_holds():
     assert row['corr'] < 0.9 and row['verdict'] == 'empty', row
     row = oo.pair_offsets(vis, vis, boxes, strong_corr=1.01)['boxes'][0]
     assert row['verdict'] == 'empty', row
+
+
+def test_benchmark_measures_a_tree_as_paired_and_one_file_late(tmp_path,
+                                                               capsys):
+    """benchmarks/object_offsets.py --llvip-root: the verdicts of a tree in
+    LLVIP's layout, as paired and with the next file's infrared image."""
+    import importlib.util
+    import re
+
+    from tests.tools.offset_scenes import write_llvip_night_tree
+    from tests.utils import REPO_ROOT
+    spec = importlib.util.spec_from_file_location(
+        'object_offsets_benchmark',
+        f'{REPO_ROOT}/benchmarks/object_offsets.py')
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    root = write_llvip_night_tree(str(tmp_path / 'night'), SIZE, 6)
+    result = bench.measure_tree(root)
+    paired, late = result['as paired'], result['infrared one file late']
+    assert (paired['pairs'], late['pairs']) == (6, 5)
+    assert paired['verdicts'] >= 0.9 * paired['boxes']
+    assert paired['flagged'] == 0 and late['flagged'] >= 4, result
+    assert late['counts']['empty'] > late['counts']['warm']
+    # resized to half and the infrared moved by 2 px: still silent
+    half = bench.measure_tree(root, scale=0.5, ir_shift=(2.0, 1.0))
+    assert half['as paired']['flagged'] == 0
+    assert half['infrared one file late']['flagged'] >= 4
+    assert bench.main(['--llvip-root', root, '--limit', '3']) == 0
+    out = capsys.readouterr().out
+    assert re.search(r'as paired: 3 pairs, \d+ of \d+ boxes with a verdict '
+                     r'\([0-9.]+%; matched \d+, warm \d+, outline \d+, '
+                     r'empty \d+, none \d+\); 0 of 3 pairs flagged', out), out
+    assert 'infrared one file late: 3 pairs' in out
+    with pytest.raises(FileNotFoundError, match='no annotated pair'):
+        bench.measure_tree(str(tmp_path))
