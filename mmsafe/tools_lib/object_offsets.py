@@ -53,6 +53,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .box_matching import box_match
+from . import box_presence
 from .box_presence import PRESENT, infrared_presence
 # the pictures are used through this module (tools/check_dataset.py)
 from .offset_pictures import (draw_offsets, histogram_image,  # noqa: F401
@@ -65,6 +66,9 @@ MATCHED, WARM, OUTLINE, EMPTY, NONE = ('matched', 'warm', 'outline',
 VERDICTS = (MATCHED, WARM, OUTLINE, EMPTY, NONE)
 _MEANING = {WARM: 'warm here', OUTLINE: 'outline here',
             EMPTY: 'nothing here'}
+# the infrared presence states that are a verdict on their own
+_FROM_PRESENCE = {box_presence.WARM: WARM, box_presence.OUTLINE: OUTLINE,
+                  box_presence.EMPTY: EMPTY}
 
 
 def _boxes(boxes) -> np.ndarray:
@@ -147,8 +151,8 @@ def box_verdict(visible: np.ndarray, infrared: np.ndarray,
             return out
         out['reason'] = ('match on no body' if there['state'] not in PRESENT
                          else 'match away from the body in the box')
-    if here['state'] in (*PRESENT, 'empty'):
-        out['verdict'] = here['state']
+    if here['state'] in _FROM_PRESENCE:
+        out['verdict'] = _FROM_PRESENCE[here['state']]
     else:
         out['reason'] = here['state']
     return out
