@@ -175,6 +175,13 @@ def test_presence_states():
     assert infrared_presence(warm.astype(np.float64), box)['state'] == 'warm'
 
 
+def _coloured(img, colour):
+    """Pixels of ``colour`` (BGR, channels 0 or 255), text anti-aliased or
+    not (OpenCV 5 smooths its text)."""
+    on = np.asarray(colour) > 0
+    return np.all(np.where(on, img > 150, img < 90), axis=2)
+
+
 def test_each_box_is_labelled_on_the_picture():
     vis, ir, boxes, _ = next(night_pairs(SIZE, 1, late=True, seed=1))
     _, ir_ok, _, _ = next(night_pairs(SIZE, 1, seed=1))
@@ -189,8 +196,11 @@ def test_each_box_is_labelled_on_the_picture():
             x1, _, _, y2 = (int(round(v)) for v in row['box'])
             x1 += vis.shape[1] + GAP
             below = canvas[y2 + 1:y2 + 14, max(0, x1 - 2):x1 + 60]
-            hit = np.all(below == expected, axis=2).sum()
+            hit = _coloured(below, expected).sum()
             assert hit > 10, (row['label'], hit)
+            # and not in the other colour
+            other = AGREES if expected == DISAGREES else DISAGREES
+            assert _coloured(below, other).sum() == 0, row['label']
         assert any(row['disagrees'] == (colour == DISAGREES)
                    for row in result['boxes'])
 
