@@ -95,3 +95,16 @@ def draw_pair(visible,
     canvas[:vis.shape[0], :vis.shape[1]] = vis
     canvas[:ir.shape[0], vis.shape[1] + GAP:] = ir
     return canvas
+
+
+def put_label(img: np.ndarray, text: str, org, color,
+              scale: float = 0.35) -> None:
+    """Write ``text`` at ``org`` (its bottom-left corner, clipped into the
+    image) on a dark backing, legible on bright infrared people and on
+    dark ground alike."""
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    (tw, th), base = cv2.getTextSize(text, font, scale, 1)
+    x = int(min(max(0, org[0]), max(0, img.shape[1] - tw - 1)))
+    y = int(min(max(th + 1, org[1]), img.shape[0] - base - 1))
+    cv2.rectangle(img, (x, y - th - 1), (x + tw, y + base), (0, 0, 0), -1)
+    cv2.putText(img, text, (x, y), font, scale, color, 1)

@@ -43,6 +43,20 @@ def infrared_partner(vis: np.ndarray, seed: int) -> np.ndarray:
     return cv2.cvtColor(ir, cv2.COLOR_GRAY2BGR)
 
 
+def with_person(vis: np.ndarray, ir: np.ndarray,
+                box: Tuple[int, int, int, int]) -> None:
+    """Put a person in ``box`` (in place): a warm body in infrared, a dim
+    one in visible, as the per-box check of the pairs expects."""
+    x1, y1, x2, y2 = box
+    centre = ((x1 + x2) // 2, (y1 + y2) // 2)
+    axes = (max(1, (x2 - x1) // 3), max(1, (y2 - y1) * 2 // 5))
+    body = np.zeros(vis.shape[:2], np.uint8)
+    cv2.ellipse(body, centre, axes, 0, 0, 360, 1, -1)
+    inside = body.astype(bool)
+    ir[inside] = 245
+    vis[inside] = (vis[inside] * 0.6).astype(np.uint8)
+
+
 def _xml(stem: str, w: int, h: int,
          boxes: Iterable[Tuple[int, int, int, int]]) -> str:
     objs = ''.join(
@@ -73,6 +87,7 @@ def write_llvip_tree(root: str,
         vis = _image(w, h, i)
         ir = infrared_partner(vis, 1000 + i)
         box = (w // 4, h // 4, w // 2, h // 2 + 8)
+        with_person(vis, ir, box)
         boxes = [box]
         if fault == 'empty':
             boxes = []

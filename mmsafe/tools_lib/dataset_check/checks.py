@@ -49,9 +49,9 @@ CHECKS = OrderedDict([
                       'shifted (image content)')),
     ('pair_unrelated', (ERROR, 'infrared shares no structure with its '
                         'partner, nor do most pairs (other frames)')),
-    ('pair_objects_offset', (WARNING, 'the people in the boxes are offset '
-                             'between visible and infrared (median |d| > '
-                             '--max-offset px)')),
+    ('pair_objects_offset', (WARNING, 'more boxes disagree with the '
+                             'infrared image (nothing there, or matched '
+                             'beyond --max-offset px) than agree')),
 ])
 
 
