@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from .trust import load_checkpoint_file, load_local_checkpoint
+from .loader import load_checkpoint_file, load_local_checkpoint
 
 #: environment variable: socket timeout of a weight download, in seconds
 TIMEOUT_ENV = 'MMSAFE_DOWNLOAD_TIMEOUT'

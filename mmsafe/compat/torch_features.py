@@ -12,10 +12,11 @@ What differs, and what mmsafe does about it:
 * CPU autocast in float16: older torch supports bfloat16 only.
 * ``torch.uint16`` and ``torch.uint32``: older torch has neither; numpy
   uint16/uint32 images become int32/int64 tensors, every value exact.
-* Checkpoint loading: ``torch.serialization.add_safe_globals`` with
-  ``(object, name)`` pairs (new torch) extends ``weights_only=True``;
-  without it mmsafe's own weights-only unpickler
-  (:mod:`mmsafe.checkpoint.weights_unpickler`) is used.
+* Checkpoint loading (:mod:`mmsafe.checkpoint` reads checkpoints itself,
+  the same way on every torch): the tensor dtypes (newer torch adds
+  ``uint16``/``uint32``/float8 types), the storage classes that
+  ``torch.save`` names, and numpy's pickling functions
+  (``numpy.core.multiarray`` became ``numpy._core.multiarray`` in numpy 2).
 * The rendezvous store of the default process group: reached through
   ``distributed_c10d._get_default_store()`` and its chain of
   ``PrefixStore.underlying_store``; a wait that times out raises
@@ -28,7 +29,7 @@ What differs, and what mmsafe does about it:
 import functools
 import io
 import warnings
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -131,42 +132,62 @@ def numpy_to_tensor(array: np.ndarray) -> torch.Tensor:
 
 
 # ---------------------------------------------------------- checkpoints --
-class _PairProbe:
-    """Pickled as ``getattr(_PairProbe, 'answer')``, as MMEngine's
-    ``HistoryBuffer`` pickles its statistics methods."""
+@functools.lru_cache(maxsize=None)
+def tensor_dtypes() -> Dict[str, torch.dtype]:
+    """Every tensor dtype of this torch by the name a pickle gives it
+    (``'torch.float32'``, and aliases such as ``'torch.float'``); newer
+    torch has more (``torch.uint16``, float8 types)."""
+    return {f'torch.{name}': value for name in dir(torch)
+            for value in [getattr(torch, name, None)]
+            if isinstance(value, torch.dtype)}
 
-    @classmethod
-    def answer(cls) -> int:
-        return 42
 
-
-def _stand_in_getattr(owner: Any, name: str) -> str:
-    return 'pair-form'
+def _plain_tensor_dtype(dtype: torch.dtype) -> bool:
+    try:
+        torch.empty(0, dtype=dtype)
+    except (RuntimeError, TypeError):  # quantized dtypes need a quantizer
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=None)
-def native_safe_globals() -> bool:
-    """Whether ``torch.serialization`` can extend ``weights_only=True``
-    loading with ``(object, dotted name)`` pairs, and read and restore that
-    list (``add_safe_globals``/``get_safe_globals``/``clear_safe_globals``):
-    proven by loading a probe under a stand-in for ``builtins.getattr``."""
-    serialization = torch.serialization
-    if not all(hasattr(serialization, name) for name in (
-            'add_safe_globals', 'get_safe_globals', 'clear_safe_globals')):
-        return False
-    buffer = io.BytesIO()
-    torch.save(_PairProbe.answer, buffer)
-    buffer.seek(0)
-    saved = serialization.get_safe_globals()
+def storage_dtypes() -> Dict[str, torch.dtype]:
+    """The storage classes that ``torch.save`` names in a checkpoint
+    (``'torch.FloatStorage'`` ...; ``torch.UntypedStorage`` holds bytes),
+    with the dtype of each: the legacy typed storage classes this torch
+    still has, for the dtypes of which it makes ordinary (not quantized)
+    tensors."""
+    found: Dict[str, torch.dtype] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # TypedStorage is deprecated
+        for name in dir(torch):
+            value = getattr(torch, name, None)
+            if not (isinstance(value, type) and name.endswith('Storage')
+                    and issubclass(value, torch.TypedStorage)
+                    and value is not torch.TypedStorage):
+                continue
+            dtype = getattr(value, 'dtype', None)
+            if isinstance(dtype, torch.dtype) and _plain_tensor_dtype(dtype):
+                found[f'torch.{name}'] = dtype
+    untyped = torch.UntypedStorage
+    for module in ('torch', untyped.__module__):
+        found[f'{module}.UntypedStorage'] = torch.uint8
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_pickle_functions() -> Tuple[Any, Any, Tuple[str, ...]]:
+    """``(_reconstruct, scalar, module names)``: the two functions by which
+    numpy pickles arrays and scalars, and the names of the module that
+    pickles give them (``numpy.core.multiarray`` under numpy 1,
+    ``numpy._core.multiarray`` under numpy 2; a checkpoint may come from
+    either)."""
     try:
-        serialization.add_safe_globals(
-            [_PairProbe, (_stand_in_getattr, 'builtins.getattr')])
-        return torch.load(buffer, weights_only=True) == 'pair-form'
-    except Exception:  # any failure means the pair form is not there
-        return False
-    finally:
-        serialization.clear_safe_globals()
-        serialization.add_safe_globals(saved)
+        from numpy._core import multiarray  # numpy >= 2
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray  # type: ignore
+    return (multiarray._reconstruct, multiarray.scalar,
+            ('numpy.core.multiarray', 'numpy._core.multiarray'))
 
 
 # -------------------------------------------------- rendezvous store --
