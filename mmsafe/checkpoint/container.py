@@ -26,6 +26,7 @@ Storage bytes are read into memory (CRC-checked) or, with ``mmap=True``,
 mapped from the file (``torch.UntypedStorage.from_file``, private
 copy-on-write pages; the file is never written).
 """
+import codecs
 import io
 import os
 import re
@@ -64,6 +65,10 @@ _MALFORMED = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError,
 
 Source = Union[str, os.PathLike, IO[bytes]]
 
+# zip names without the UTF-8 flag are cp437: its codec is imported here,
+# not by the first such file (a load imports nothing).
+codecs.lookup('cp437')
+
 #: where the docs say how to convert an old checkpoint once
 CONVERT_DOC = 'docs/user_guides/training_safety.md#converting-an-old-checkpoint'
 CONVERT_HINT = ('mmsafe loads only the zip archive that torch.save writes for '
@@ -79,7 +84,7 @@ def describe_non_zip(head: bytes) -> str:
     if not head:
         return 'an empty file'
     if head[257:262] == b'ustar':
-        return ("a tar archive (the checkpoint format of torch < 0.4, whose "
+        return ("a tar archive (torch's oldest checkpoint format, whose "
                 'loader extracts files from it)')
     if LEGACY_MAGIC in head[:32]:
         return ('a checkpoint in the legacy (non-zip) format of torch < 1.6 '

@@ -175,9 +175,11 @@ def opt_in_hint(name: str) -> str:
     never = (f'`{name}` can never be trusted, not even through '
              f'{TRUSTED_GLOBALS_CFG_KEY} or {TRUSTED_GLOBALS_ENV}: '
              '{why}. Re-save the checkpoint without it.')
-    if never_trusted(name.split('.', 1)[0]):
-        return never.format(why='objects of that module let a checkpoint '
-                            'run code or reach files')
+    top = name.split('.', 1)[0]
+    if never_trusted(top):
+        return never.format(why=f'it is in `{top}`, whose objects mmsafe '
+                            'never trusts (they can run code, load other '
+                            'files or reach the file system)')
     obj = _resolve_loaded(name)
     if obj is None:
         return (f'mmsafe did not import anything to look at `{name}` and '
@@ -186,9 +188,10 @@ def opt_in_hint(name: str) -> str:
                 f'{TRUSTED_GLOBALS_CFG_KEY} in the docs.')
     defining = defining_module(obj)
     if never_trusted(defining):
-        return never.format(why=f'it resolves to an object of {defining}, '
-                            'whose objects let a checkpoint run code or '
-                            'reach files')
+        return never.format(why=f'it resolves to an object of `{defining}`, '
+                            'whose objects mmsafe never trusts (they can run '
+                            'code, load other files or reach the file '
+                            'system)')
     canonical = own_name(obj)
     if canonical is None:
         return (f'`{name}` is a {type(obj).__name__}, not a class or Python '

@@ -85,16 +85,11 @@ def check_key(key: Any) -> None:
         return
     if kind is int and -MAX_INT_KEY <= key <= MAX_INT_KEY:
         return
+    what = 'an integer beyond the hash modulus' if kind is int else \
+        f'of type {kind.__qualname__}'
     raise UntrustedCheckpointError(
-        f'a dict key or set item of type {kind.__qualname__} '
-        f'({_short(key)}): checkpoints use strings and small integers as '
-        'keys, and hashing other keys can take unbounded time')
-
-
-def _short(value: Any) -> str:
-    text = object.__repr__(value) if not isinstance(
-        value, (str, bytes, int, float)) else repr(value)
-    return text if len(text) <= 60 else text[:57] + '...'
+        f'a dict key or set item {what}: checkpoints use strings and small '
+        'integers as keys, and hashing other keys can take unbounded time')
 
 
 class _Stop(Exception):
