@@ -29,8 +29,11 @@ they are called, created and built as pickle does, positional arguments
 only.
 """
 import collections
+import re
 import sys
 from typing import Any, Callable, Dict, Tuple
+
+import torch
 
 from .container import CheckpointArchive
 from .errors import CheckpointFormatError, UntrustedCheckpointError
@@ -41,6 +44,9 @@ from .tokens import Token, expect_args, refuse
 from .unpickler import Rules, check_key
 
 _TEXT_ENCODINGS = ('latin1', 'latin-1', 'utf-8', 'utf8')
+#: names of tensor dtypes that newer torch adds (uint16, float8_e4m3fn ...)
+_NEWER_DTYPE = re.compile(r'(u?int[0-9]+|float[0-9]+(_[a-z0-9]+)*|'
+                          r'bits[0-9a-z_]+|complex[0-9]+)$')
 
 
 def _plain_items(value: Any, what: str) -> list:
@@ -102,6 +108,11 @@ class CheckpointRules(Rules):
             return self.globals[full]
         if full in self.trusted:
             return self.trusted[full]
+        if module == 'torch' and _NEWER_DTYPE.match(name):
+            raise CheckpointFormatError(
+                f'it holds tensors of dtype torch.{name}, which this torch '
+                f'({torch.__version__}) does not have: load it with a newer '
+                'torch, or re-save it with another dtype', damaged=False)
         raise UntrustedCheckpointError(
             f'it holds the pickled object `{full}`, which MMEngine/'
             'MMDetection checkpoints do not need', global_name=full)

@@ -205,7 +205,7 @@ class CheckpointArchive:
         how = DAMAGED_HINT if damaged else CONVERT_HINT
         return CheckpointFormatError(
             f'[mmsafe] Refused to load checkpoint {self.name!r}: it {what}'
-            f'{detail}. {how}')
+            f'{detail}. {how}', damaged=damaged)
 
     # ------------------------------------------------------- checking --
     def _read_at(self, offset: int, size: int) -> bytes:

@@ -33,4 +33,13 @@ class UntrustedCheckpointError(pickle.UnpicklingError):
 
 class CheckpointFormatError(pickle.UnpicklingError):
     """A checkpoint file is not the zip container of a plain ``torch.save``,
-    or its records do not match what its pickle claims."""
+    or its records do not match what its pickle claims.
+
+    Attributes:
+        damaged (bool): the file looks broken (truncated, inconsistent)
+            rather than of another kind.
+    """
+
+    def __init__(self, message: str, damaged: bool = True):
+        super().__init__(message)
+        self.damaged = damaged

@@ -23,7 +23,7 @@ import os
 from typing import Any, Optional
 
 from .allowlist import CheckpointRules
-from .container import CONVERT_DOC, CheckpointArchive
+from .container import CONVERT_DOC, DAMAGED_HINT, CheckpointArchive
 from .errors import CheckpointFormatError, UntrustedCheckpointError
 from .plain_data import check_plain_data, node_budget
 from .trust import active_trusted_globals
@@ -92,8 +92,10 @@ def load_checkpoint_file(f: Any, map_location: Any = None,
         except CheckpointFormatError as err:
             if str(err).startswith('[mmsafe]'):
                 raise
-            raise archive.refuse(f'is damaged or inconsistent: {err}',
-                                 damaged=True) from err
+            hint = f' {DAMAGED_HINT}' if err.damaged else ''
+            raise CheckpointFormatError(
+                f'[mmsafe] Refused to load checkpoint {name!r}: {err}.{hint}',
+                damaged=err.damaged) from err
     return result
 
 

@@ -100,6 +100,49 @@ class _Stop(Exception):
         self.value = value
 
 
+_Handler = Callable[['CheckpointUnpickler'], None]
+
+
+def _unicode(width: int) -> _Handler:
+    def load(self: 'CheckpointUnpickler') -> None:
+        self._push(self._text(self._read(self._read_uint(width))))
+    return load
+
+
+def _bytes(width: int, kind: type = bytes) -> _Handler:
+    def load(self: 'CheckpointUnpickler') -> None:
+        self._push(kind(self._read(self._read_uint(width))))
+    return load
+
+
+def _tuple_n(size: int) -> _Handler:
+    def load(self: 'CheckpointUnpickler') -> None:
+        if len(self.stack) < size:
+            raise CheckpointFormatError(
+                f'TUPLE{size} on a stack of {len(self.stack)} items')
+        items = tuple(self.stack[-size:])
+        del self.stack[-size:]
+        self._push(items)
+    return load
+
+
+def _put(width: int) -> _Handler:
+    def load(self: 'CheckpointUnpickler') -> None:
+        self.memo[self._read_uint(width)] = self._top()
+    return load
+
+
+def _get(width: int) -> _Handler:
+    def load(self: 'CheckpointUnpickler') -> None:
+        index = self._read_uint(width)
+        if index not in self.memo:
+            raise CheckpointFormatError(
+                f'the pickle reads memo entry {index}, which it never wrote')
+        self._push(self.memo[index])
+    return load
+
+
+
 class CheckpointUnpickler:
     """Unpickle ``data`` (the whole pickle) under ``rules``.
 
@@ -408,74 +451,28 @@ class CheckpointUnpickler:
     def _binpersid(self) -> None:
         self._push(self.rules.persistent_load(self._pop()))
 
-    DISPATCH: Dict[int, Callable[['CheckpointUnpickler'], None]] = {}
-
-
-_Handler = Callable[[CheckpointUnpickler], None]
-
-
-def _unicode(width: int) -> _Handler:
-    def load(self: CheckpointUnpickler) -> None:
-        self._push(self._text(self._read(self._read_uint(width))))
-    return load
-
-
-def _bytes(width: int, kind: type = bytes) -> _Handler:
-    def load(self: CheckpointUnpickler) -> None:
-        self._push(kind(self._read(self._read_uint(width))))
-    return load
-
-
-def _tuple_n(size: int) -> _Handler:
-    def load(self: CheckpointUnpickler) -> None:
-        if len(self.stack) < size:
-            raise CheckpointFormatError(
-                f'TUPLE{size} on a stack of {len(self.stack)} items')
-        items = tuple(self.stack[-size:])
-        del self.stack[-size:]
-        self._push(items)
-    return load
-
-
-def _put(width: int) -> _Handler:
-    def load(self: CheckpointUnpickler) -> None:
-        self.memo[self._read_uint(width)] = self._top()
-    return load
-
-
-def _get(width: int) -> _Handler:
-    def load(self: CheckpointUnpickler) -> None:
-        index = self._read_uint(width)
-        if index not in self.memo:
-            raise CheckpointFormatError(
-                f'the pickle reads memo entry {index}, which it never wrote')
-        self._push(self.memo[index])
-    return load
-
-
-_U = CheckpointUnpickler
-_U.DISPATCH.update({
-    op[0]: handler for op, handler in [
-        (b'\x80', _U._proto), (b'\x95', _U._frame), (b'.', _U._stop),
-        (b'N', _U._none), (b'\x88', _U._true), (b'\x89', _U._false),
-        (b'J', _U._binint), (b'K', _U._binint1), (b'M', _U._binint2),
-        (b'\x8a', _U._long1), (b'\x8b', _U._long4), (b'G', _U._binfloat),
-        (b'X', _unicode(4)), (b'\x8c', _unicode(1)), (b'\x8d', _unicode(8)),
-        (b'B', _bytes(4)), (b'C', _bytes(1)), (b'\x8e', _bytes(8)),
-        (b'\x96', _bytes(8, bytearray)),
-        (b']', _U._empty_list), (b'}', _U._empty_dict),
-        (b')', _U._empty_tuple), (b'\x8f', _U._empty_set),
-        (b'(', _U._mark), (b't', _U._tuple), (b'\x85', _tuple_n(1)),
-        (b'\x86', _tuple_n(2)), (b'\x87', _tuple_n(3)),
-        (b'l', _U._list), (b'd', _U._dict), (b'\x91', _U._frozenset),
-        (b'a', _U._append), (b'e', _U._appends), (b's', _U._setitem),
-        (b'u', _U._setitems), (b'\x90', _U._additems),
-        (b'0', _U._pop_op), (b'1', _U._pop_mark_op), (b'2', _U._dup),
-        (b'q', _put(1)), (b'r', _put(4)),
-        (b'\x94', _U._memoize), (b'h', _get(1)), (b'j', _get(4)),
-        (b'c', _U._global), (b'\x93', _U._stack_global),
-        (b'R', _U._reduce), (b'b', _U._build), (b'\x81', _U._newobj),
-        (b'Q', _U._binpersid),
-    ]
-})
-del _U
+    DISPATCH: Dict[int, _Handler] = {
+        op[0]: handler for op, handler in [
+            (b'\x80', _proto), (b'\x95', _frame), (b'.', _stop),
+            (b'N', _none), (b'\x88', _true), (b'\x89', _false),
+            (b'J', _binint), (b'K', _binint1), (b'M', _binint2),
+            (b'\x8a', _long1), (b'\x8b', _long4), (b'G', _binfloat),
+            (b'X', _unicode(4)), (b'\x8c', _unicode(1)),
+            (b'\x8d', _unicode(8)),
+            (b'B', _bytes(4)), (b'C', _bytes(1)), (b'\x8e', _bytes(8)),
+            (b'\x96', _bytes(8, bytearray)),
+            (b']', _empty_list), (b'}', _empty_dict),
+            (b')', _empty_tuple), (b'\x8f', _empty_set),
+            (b'(', _mark), (b't', _tuple), (b'\x85', _tuple_n(1)),
+            (b'\x86', _tuple_n(2)), (b'\x87', _tuple_n(3)),
+            (b'l', _list), (b'd', _dict), (b'\x91', _frozenset),
+            (b'a', _append), (b'e', _appends), (b's', _setitem),
+            (b'u', _setitems), (b'\x90', _additems),
+            (b'0', _pop_op), (b'1', _pop_mark_op), (b'2', _dup),
+            (b'q', _put(1)), (b'r', _put(4)),
+            (b'\x94', _memoize), (b'h', _get(1)), (b'j', _get(4)),
+            (b'c', _global), (b'\x93', _stack_global),
+            (b'R', _reduce), (b'b', _build), (b'\x81', _newobj),
+            (b'Q', _binpersid),
+        ]
+    }
