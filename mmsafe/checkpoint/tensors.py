@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional
 import torch
 from torch.serialization import default_restore_location
 
-from mmsafe.compat import storage_dtypes, tensor_dtypes
+from mmsafe.compat import plain_tensor_dtypes, storage_dtypes, tensor_dtypes
 from .container import CheckpointArchive
 from .errors import CheckpointFormatError
 from .tokens import Token, exact_bool, exact_int, expect_args, refuse
@@ -193,7 +193,7 @@ class TorchObjects:
         expect_args('torch._utils._rebuild_tensor_v3', args, 7, 8)
         dtype = args[6]
         if not isinstance(dtype, torch.dtype) or \
-                dtype not in tensor_dtypes().values():
+                dtype not in plain_tensor_dtypes():
             raise refuse(f'_rebuild_tensor_v3 with dtype {dtype!r}')
         return self._tensor(args[0], dtype, *args[1:6],
                             args[7] if len(args) == 8 else None)

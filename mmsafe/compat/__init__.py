@@ -8,12 +8,14 @@ from .torch_features import (autocast_dtype, autocast_enabled,
                              cpu_autocast_dtypes, ddp_reduction_check,
                              default_store_address,
                              grad_scaler, numpy_pickle_functions,
-                             numpy_to_tensor, storage_dtypes,
-                             supports_tensor_dtype, tensor_dtypes)
+                             numpy_to_tensor, plain_tensor_dtypes,
+                             storage_dtypes, supports_tensor_dtype,
+                             tensor_dtypes)
 
 __all__ = [
     'autocast_dtype', 'autocast_enabled', 'cpu_autocast_dtypes',
     'ddp_reduction_check', 'default_store_address',
     'grad_scaler', 'numpy_pickle_functions', 'numpy_to_tensor',
-    'storage_dtypes', 'supports_tensor_dtype', 'tensor_dtypes'
+    'plain_tensor_dtypes', 'storage_dtypes', 'supports_tensor_dtype',
+    'tensor_dtypes'
 ]

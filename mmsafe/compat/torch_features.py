@@ -29,7 +29,7 @@ What differs, and what mmsafe does about it:
 import functools
 import io
 import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 import numpy as np
 import torch
@@ -142,12 +142,18 @@ def tensor_dtypes() -> Dict[str, torch.dtype]:
             if isinstance(value, torch.dtype)}
 
 
-def _plain_tensor_dtype(dtype: torch.dtype) -> bool:
-    try:
-        torch.empty(0, dtype=dtype)
-    except (RuntimeError, TypeError):  # quantized dtypes need a quantizer
-        return False
-    return True
+@functools.lru_cache(maxsize=None)
+def plain_tensor_dtypes() -> FrozenSet[torch.dtype]:
+    """The dtypes of ordinary tensors: those this torch fills with zeros
+    (not the quantized ones, which need a quantizer)."""
+    found = set()
+    for dtype in tensor_dtypes().values():
+        try:
+            torch.zeros(1, dtype=dtype)
+        except (RuntimeError, TypeError, NotImplementedError):
+            continue
+        found.add(dtype)
+    return frozenset(found)
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,7 +173,8 @@ def storage_dtypes() -> Dict[str, torch.dtype]:
                     and value is not torch.TypedStorage):
                 continue
             dtype = getattr(value, 'dtype', None)
-            if isinstance(dtype, torch.dtype) and _plain_tensor_dtype(dtype):
+            if isinstance(dtype, torch.dtype) and \
+                    dtype in plain_tensor_dtypes():
                 found[f'torch.{name}'] = dtype
     untyped = torch.UntypedStorage
     for module in ('torch', untyped.__module__):
