@@ -4,7 +4,7 @@ cache, and the one-off conversion of old formats."""
 from .atomic import (ATOMIC_BACKEND_ARGS, AtomicLocalBackend, atomic_write,
                      is_local_path)
 from .errors import CheckpointFormatError, UntrustedCheckpointError
-from .loader import load_checkpoint_file, load_local_checkpoint
+from .loader import load_checkpoint_file, load_from_local
 from .remote_weights import (WeightsUnavailableError,
                              register_remote_weight_schemes)
 from .resume import (checkpoint_meta, checkpoint_problem,
@@ -17,7 +17,7 @@ from .trust import (explain_refusals, resolve_trusted_globals,
 __all__ = [
     'ATOMIC_BACKEND_ARGS', 'AtomicLocalBackend', 'atomic_write',
     'is_local_path', 'CheckpointFormatError', 'UntrustedCheckpointError',
-    'load_checkpoint_file', 'load_local_checkpoint',
+    'load_checkpoint_file', 'load_from_local',
     'WeightsUnavailableError', 'register_remote_weight_schemes',
     'checkpoint_meta', 'checkpoint_problem',
     'find_latest_loadable_checkpoint', 'record_resume',

@@ -99,10 +99,11 @@ def load_checkpoint_file(f: Any, map_location: Any = None,
     return result
 
 
-def load_local_checkpoint(filename: str, map_location: Any = None) -> Any:
+def load_from_local(filename: str, map_location: Any = None) -> Any:
     """MMEngine's ``load_from_local`` (the CheckpointLoader scheme of plain
-    paths), loading with :func:`load_checkpoint_file`."""
+    paths), loading with :func:`load_checkpoint_file` (which also refuses
+    a path that is not a regular file)."""
     filename = os.path.expanduser(filename)
-    if not os.path.isfile(filename):
+    if not os.path.exists(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return load_checkpoint_file(filename, map_location)

@@ -37,7 +37,7 @@ def checkpoint_problem(path: str) -> Optional[str]:
             plain data; that is a decision for the user, never a reason to
             skip silently.
     """
-    if not osp.isfile(path):
+    if not osp.exists(path):
         return 'file does not exist'
     try:
         with CheckpointArchive(path, path) as archive:

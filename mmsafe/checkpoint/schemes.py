@@ -28,7 +28,7 @@ import os.path as osp
 import tempfile
 from typing import Any
 
-from .loader import load_checkpoint_file, load_local_checkpoint
+from .loader import load_checkpoint_file, load_from_local
 from .remote_weights import register_remote_weight_schemes
 
 #: MMEngine's prefixes of its object-storage schemes
@@ -64,10 +64,10 @@ def load_from_pavi(filename: str, map_location: Any = None) -> Any:
 
 
 def register_local_weights_only_scheme() -> None:
-    """Register :func:`~.loader.load_local_checkpoint` for local paths (the
+    """Register :func:`~.loader.load_from_local` for local paths (the
     empty prefix). Idempotent."""
     from mmengine.runner import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint,
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local,
                                      force=True)
 
 

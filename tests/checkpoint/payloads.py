@@ -304,6 +304,12 @@ def _alias_os_system(path: str, marker: str, watched: str) -> None:
         'mmengine.logging.logger.os', 'system', op_str(f'touch {marker}')))))
 
 
+def _fifo(path: str, marker: str, watched: str) -> None:
+    """The checkpoint path itself is a FIFO: opening it for reading waits
+    for a writer that never comes."""
+    os.mkfifo(path)
+
+
 def _os_system(path: str, marker: str, watched: str) -> None:
     write_zip(path, in_dict(('evil', call('posix', 'system',
                                           op_str(f'touch {marker}')))))
@@ -317,6 +323,7 @@ PAYLOADS: Dict[str, Tuple[str, Callable[[str, str, str], None]]] = {
     'tar_symlink': ('legacy tar: files outside',
                     _tar(tarfile.SYMTYPE, True)),
     'tar_fifo': ('legacy tar: hang', _tar(tarfile.FIFOTYPE, False)),
+    'fifo_path': ('hang', _fifo),
     'newobj_ex_tensor_cdata': ('memory corruption', _newobj_ex(
         'torch', 'Tensor', EMPTY_TUPLE, _kwargs(cdata=4096))),
     'newobj_ex_storage_allocator': ('memory corruption', _newobj_ex(

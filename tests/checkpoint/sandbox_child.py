@@ -28,6 +28,7 @@ import os.path as osp
 import resource
 import shutil
 import signal
+import stat
 import sys
 import time
 
@@ -95,7 +96,10 @@ def _load(path: str, mode: str, scratch: str):
         work_dir = osp.join(scratch, 'work_' + osp.basename(path))
         os.makedirs(work_dir)
         target = osp.join(work_dir, 'epoch_1.pth')
-        shutil.copyfile(path, target)
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            os.mkfifo(target)
+        else:
+            shutil.copyfile(path, target)
         with open(osp.join(work_dir, 'last_checkpoint'), 'w') as f:
             f.write(target)
         with trusted_checkpoint_globals(), explain_refusals(work_dir):
