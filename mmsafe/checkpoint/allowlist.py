@@ -31,7 +31,7 @@ only.
 import collections
 import re
 import sys
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -72,10 +72,14 @@ class CheckpointRules(Rules):
         map_location: as ``torch.load``'s.
         trusted (dict): own dotted name -> object of the opted-in classes
             and functions.
+        torch_objects (TorchObjects, optional): the storages and tensors
+            of another container (the legacy format); by default those of
+            ``archive``.
     """
 
-    def __init__(self, archive: CheckpointArchive, map_location: Any,
-                 trusted: Dict[str, Any]):
+    def __init__(self, archive: Optional[CheckpointArchive],
+                 map_location: Any, trusted: Dict[str, Any],
+                 torch_objects: Optional[TorchObjects] = None):
         self.trusted = dict(trusted)
         self._trusted_ids = {id(obj) for obj in self.trusted.values()}
         self.trusted_types = tuple(obj for obj in self.trusted.values()
@@ -86,7 +90,7 @@ class CheckpointRules(Rules):
         self.built: Dict[int, Any] = {}
         #: id -> object: what trusted classes and functions returned
         self.trusted_results: Dict[int, Any] = {}
-        self.torch = TorchObjects(archive, map_location)
+        self.torch = torch_objects or TorchObjects(archive, map_location)
         self.numpy = NumpyObjects(self.expect_build)
         self.history = HistoryBufferObjects(self.expect_build)
         self.globals: Dict[str, Any] = {

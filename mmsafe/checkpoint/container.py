@@ -74,6 +74,10 @@ CONVERT_DOC = 'docs/user_guides/training_safety.md#converting-an-old-checkpoint'
 CONVERT_HINT = ('mmsafe loads only the zip archive that torch.save writes for '
                 'plain data. If you trust the file, convert it once, outside '
                 f'training ({CONVERT_DOC}).')
+LEGACY_HINT = ('mmsafe loads only the zip archive that torch.save writes. '
+               'Convert it once: `python tools/convert_checkpoint.py OLD.pth '
+               'NEW.pth` reads it with the same checks (nothing of it runs) '
+               f'and writes that archive ({CONVERT_DOC}).')
 DAMAGED_HINT = ('The file is damaged or truncated: use another checkpoint '
                 '(--resume without a path picks the newest that loads).')
 
@@ -198,11 +202,13 @@ class CheckpointArchive:
         self.close()
 
     def refuse(self, what: str, cause: Optional[BaseException] = None,
-               damaged: bool = False) -> CheckpointFormatError:
+               damaged: bool = False,
+               how: Optional[str] = None) -> CheckpointFormatError:
         """The error for this file: ``what`` says what is wrong;
-        ``damaged``: the file is broken rather than of another kind."""
+        ``damaged``: the file is broken rather than of another kind;
+        ``how``: what to do (by default: convert it)."""
         detail = f' ({type(cause).__name__}: {cause})' if cause else ''
-        how = DAMAGED_HINT if damaged else CONVERT_HINT
+        how = how or (DAMAGED_HINT if damaged else CONVERT_HINT)
         return CheckpointFormatError(
             f'[mmsafe] Refused to load checkpoint {self.name!r}: it {what}'
             f'{detail}. {how}', damaged=damaged)
@@ -219,7 +225,9 @@ class CheckpointArchive:
     def _check_container(self) -> Dict[str, _Record]:
         head = self._read_at(0, min(self.size, 512))
         if not head.startswith(ZIP_MAGIC):
-            raise self.refuse(f'is {describe_non_zip(head)}')
+            legacy = LEGACY_MAGIC in head[:32]
+            raise self.refuse(f'is {describe_non_zip(head)}',
+                              how=LEGACY_HINT if legacy else None)
         try:
             self._file.seek(0)
             with zipfile.ZipFile(self._file) as archive:

@@ -16,6 +16,8 @@ them without torch's loader:
 * the storage goes where ``map_location`` says, as ``torch.load`` does
   (None, a device string or ``torch.device``, a dict of locations, or a
   callable ``(storage, location)``);
+* ``_rebuild_tensor`` (older torch: no ``requires_grad``, no hooks) and
+  ``_rebuild_tensor_v3`` (newer torch: dtypes without a storage class);
 * ``torch.nn.Parameter`` (``_rebuild_parameter``), ``torch.device``,
   ``torch.Size`` and the dtypes (``torch.float32`` ...) are the other
   torch objects of checkpoints.
@@ -130,6 +132,7 @@ class TorchObjects:
         for name, dtype in storage_dtypes().items():
             found[name] = Token(name, dtype=dtype)
         for name, call in (
+                ('torch._utils._rebuild_tensor', self.rebuild_tensor),
                 ('torch._utils._rebuild_tensor_v2', self.rebuild_tensor_v2),
                 ('torch._utils._rebuild_tensor_v3', self.rebuild_tensor_v3),
                 ('torch._utils._rebuild_parameter', self.rebuild_parameter),
@@ -180,6 +183,13 @@ class TorchObjects:
         return sorted(set(self.archive.storage_sizes) - set(self.refs))
 
     # -------------------------------------------------------- tensors --
+    def rebuild_tensor(self, args: tuple) -> torch.Tensor:
+        """Older torch: ``_rebuild_tensor(storage, offset, size, stride)``."""
+        expect_args('torch._utils._rebuild_tensor', args, 4)
+        ref = args[0]
+        dtype = ref.dtype if isinstance(ref, StorageRef) else None
+        return self._tensor(ref, dtype, *args[1:4], False, {}, None)
+
     def rebuild_tensor_v2(self, args: tuple) -> torch.Tensor:
         expect_args('torch._utils._rebuild_tensor_v2', args, 6, 7)
         ref = args[0]

@@ -149,12 +149,17 @@ class CheckpointUnpickler:
     Args:
         data (bytes): the pickle, e.g. a checkpoint's ``data.pkl``.
         rules (Rules): the allowlist.
+        start (int): where the pickle starts in ``data``.
+        to_end (bool): the pickle must end where ``data`` ends; else
+            :attr:`pos` is where it ended (a file of several pickles).
     """
 
-    def __init__(self, data: bytes, rules: Rules):
+    def __init__(self, data: bytes, rules: Rules, start: int = 0,
+                 to_end: bool = True):
         self.data = bytes(data)
         self.rules = rules
-        self.pos = 0
+        self.to_end = to_end
+        self.pos = start
         self.proto = 0
         self.stack: List[Any] = []
         self.metastack: List[List[Any]] = []
@@ -188,7 +193,7 @@ class CheckpointUnpickler:
                         'checkpoints need only the opcodes of plain data')
                 handler(self)
         except _Stop as stop:
-            if self.pos != end:
+            if self.to_end and self.pos != end:
                 raise CheckpointFormatError(
                     f'{end - self.pos} bytes follow the end of the pickle')
             return stop.value

@@ -15,7 +15,9 @@ that the same payloads can be measured against another checkout. ``MODE``:
   weights do);
 * ``resume``: the payload as the only checkpoint of a work dir
   (``epoch_1.pth`` named by ``last_checkpoint``), found by auto-resume,
-  then loaded (what ``--resume`` does).
+  then loaded (what ``--resume`` does);
+* ``convert``: ``tools/convert_checkpoint.py``'s conversion (the output
+  must not appear for a refused file).
 
 Before each payload a line ``### <name>`` goes to stdout (a payload's own
 output follows it); the address space is limited to what the imports
@@ -92,6 +94,14 @@ def _load(path: str, mode: str, scratch: str):
                                    find_latest_loadable_checkpoint,
                                    trusted_checkpoint_globals)
     target = path
+    if mode == 'convert':
+        from mmsafe.checkpoint.convert import convert_checkpoint
+        out = osp.join(scratch, osp.basename(path) + '.converted')
+        try:
+            return dict(converted=convert_checkpoint(path, out)[1])
+        finally:
+            if osp.exists(out):
+                raise AssertionError(f'{out} was written')
     if mode == 'resume':
         work_dir = osp.join(scratch, 'work_' + osp.basename(path))
         os.makedirs(work_dir)

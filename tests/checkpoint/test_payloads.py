@@ -7,7 +7,8 @@ crash, within memory limits.
 The payloads load in a sandboxed subprocess (tests/checkpoint/sandbox.py):
 one process per way in (``loader``: ``load_from``, ``--resume PATH``,
 ``tools/test.py`` and pretrained weights go through MMEngine's
-CheckpointLoader; ``resume``: auto-resume finds the file in the work dir);
+CheckpointLoader; ``resume``: auto-resume finds the file in the work dir;
+``convert``: tools/convert_checkpoint.py converts nothing of them);
 two runs of ``tools/train.py`` and one of ``tools/test.py`` check the whole
 path."""
 import os
@@ -41,7 +42,7 @@ def _expected(name, mode, record):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize('mode', ['loader', 'resume'])
+@pytest.mark.parametrize('mode', ['loader', 'resume', 'convert'])
 def test_every_payload_is_refused_without_a_trace(tmp_path, mode):
     payloads = write_all(str(tmp_path / 'payloads'))
     assert set(payloads) == set(PAYLOADS)
