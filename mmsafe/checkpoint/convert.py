@@ -26,7 +26,7 @@ from typing import Any, Tuple
 import torch
 
 from .atomic import atomic_write
-from .container import describe_non_zip
+from .container import CheckpointArchive, describe_non_zip
 from .errors import CheckpointFormatError
 from .legacy import is_legacy_file, load_legacy_checkpoint
 from .loader import load_checkpoint_file
@@ -71,12 +71,17 @@ def summarize(obj: Any) -> str:
 
 
 def check_checkpoint(path: str) -> str:
-    """Load ``path`` as training does; its :func:`summarize` line.
+    """Load ``path`` as training does, after checking the CRC of every
+    record; its :func:`summarize` line.
 
     Raises:
-        CheckpointFormatError, UntrustedCheckpointError: as training would.
+        CheckpointFormatError, UntrustedCheckpointError: as training would,
+            or a damaged record.
     """
-    return summarize(load_checkpoint_file(path, map_location='cpu'))
+    obj = load_checkpoint_file(path, map_location='cpu')
+    with CheckpointArchive(path, path) as archive:
+        archive.verify()
+    return summarize(obj)
 
 
 def convert_checkpoint(src: str, dst: str) -> Tuple[bool, str]:

@@ -148,14 +148,21 @@ def test_damaged_containers(saved, tmp_path):
     prefixed = tmp_path / 'prefixed.pth'
     prefixed.write_bytes(b'PK\x03\x04' + b'\0' * 60 + data)
     _refused(str(prefixed))
-    # a flipped byte inside a tensor's record: its CRC no longer matches
-    records = _records(saved)
+    # a flipped byte inside a tensor's record: a load reads it as data
+    # (torch does not check it either); verify() finds it
     offset = data.index(np.arange(4, dtype=np.float32).tobytes())
     flipped = tmp_path / 'flipped.pth'
     flipped.write_bytes(data[:offset] + b'\x01' + data[offset + 1:])
-    assert _refused(str(flipped), 'CRC mismatch').damaged
-    assert torch.equal(load_checkpoint_file(saved)['w'], torch.arange(4.))
-    assert records  # the original still loads
+    assert not torch.equal(load_checkpoint_file(str(flipped))['w'],
+                           torch.arange(4.))
+    with CheckpointArchive(str(flipped), 'x') as archive:
+        with pytest.raises(CheckpointFormatError, match='CRC mismatch'):
+            archive.verify()
+    # a flipped byte in the pickle is refused on every load
+    pickle_at = data.index(b'_rebuild_tensor_v2')
+    broken = tmp_path / 'broken.pth'
+    broken.write_bytes(data[:pickle_at] + b'X' + data[pickle_at + 1:])
+    assert _refused(str(broken), 'CRC mismatch').damaged
 
 
 def _byte_tensor(key, numel):
