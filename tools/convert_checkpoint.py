@@ -1,7 +1,8 @@
 """Convert an old checkpoint once, outside training, or check one.
 
 mmsafe's training, testing and preflight load only the zip archive of a
-plain ``torch.save`` (docs/user_guides/training_safety.md#converting-an-old-checkpoint)::
+plain ``torch.save`` (docs/user_guides/training_safety.md, "Converting an
+old checkpoint")::
 
     python tools/convert_checkpoint.py OLD.pth NEW.pth   # legacy -> zip
     python tools/convert_checkpoint.py --check FILE.pth [FILE.pth ...]

@@ -74,7 +74,8 @@ Source = Union[str, os.PathLike, IO[bytes]]
 codecs.lookup('cp437')
 
 #: where the docs say how to convert an old checkpoint once
-CONVERT_DOC = 'docs/user_guides/training_safety.md#converting-an-old-checkpoint'
+CONVERT_DOC = ('docs/user_guides/training_safety.md'
+               '#converting-an-old-checkpoint')
 CONVERT_HINT = ('mmsafe loads only the zip archive that torch.save writes for '
                 'plain data. If you trust the file, convert it once, outside '
                 f'training ({CONVERT_DOC}).')

@@ -158,4 +158,3 @@ def is_legacy_file(path: str) -> bool:
         return False
     with open(path, 'rb') as f:
         return LEGACY_MAGIC in f.read(32)
-

@@ -30,6 +30,7 @@ from .trust import active_trusted_globals
 from .trusted_names import opt_in_hint
 from .unpickler import CheckpointUnpickler
 
+
 def display_name(f: Any) -> str:
     """How errors name the checkpoint ``f`` (a path or a file object)."""
     if isinstance(f, (str, os.PathLike)):

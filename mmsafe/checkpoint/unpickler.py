@@ -142,7 +142,6 @@ def _get(width: int) -> _Handler:
     return load
 
 
-
 class CheckpointUnpickler:
     """Unpickle ``data`` (the whole pickle) under ``rules``.
 

@@ -27,7 +27,6 @@ What differs, and what mmsafe does about it:
   unused-parameter error when it did not).
 """
 import functools
-import io
 import warnings
 from typing import Any, Dict, FrozenSet, Optional, Tuple
 

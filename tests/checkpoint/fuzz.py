@@ -34,7 +34,7 @@ import tempfile
 import time
 import warnings
 import zipfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import torch

@@ -242,8 +242,9 @@ def _history_poison(path: str, marker: str, watched: str) -> None:
 
 
 def _object_array_newobj(path: str, marker: str, watched: str) -> None:
-    write_zip(path, in_dict(('a', op_global('numpy', 'dtype') + MARK +
-                                  op_str('O8') + TUPLE + NEWOBJ)))
+    dtype = op_global('numpy', 'dtype') + MARK + op_str('O8') + TUPLE + \
+        NEWOBJ
+    write_zip(path, in_dict(('a', dtype)))
 
 
 def _object_array_reconstruct(path: str, marker: str, watched: str) -> None:
@@ -387,4 +388,3 @@ def watched_state(path: str) -> tuple:
     with open(path, 'rb') as f:
         return (info.st_mode, info.st_uid, info.st_gid, info.st_mtime,
                 f.read())
-

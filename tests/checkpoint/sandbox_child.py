@@ -64,7 +64,8 @@ def _summary(obj) -> dict:
     notes = []
     items = obj.items() if isinstance(obj, dict) else [('', obj)]
     for key, value in items:
-        kinds[str(key)] = f'{type(value).__module__}.{type(value).__qualname__}'
+        kind = type(value)
+        kinds[str(key)] = f'{kind.__module__}.{kind.__qualname__}'
         if isinstance(value, np.ndarray) and value.dtype.hasobject:
             notes.append(f'{key}: object array')
         if isinstance(value, np.dtype) and value.hasobject:
@@ -74,7 +75,8 @@ def _summary(obj) -> dict:
             notes.append(f'{key}: tensor with hooks or attributes')
         if isinstance(value, collections.OrderedDict) and \
                 set(vars(value)) - {'_metadata'}:
-            notes.append(f'{key}: OrderedDict attributes {sorted(vars(value))}')
+            notes.append(f'{key}: OrderedDict attributes '
+                         f'{sorted(vars(value))}')
     return dict(kinds=kinds, notes=notes)
 
 

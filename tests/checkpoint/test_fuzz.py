@@ -4,7 +4,6 @@ here; ``MMSAFE_FUZZ_CASES`` / ``MMSAFE_FUZZ_SECONDS`` make it longer (or
 import os
 import random
 
-import pytest
 import torch
 
 import mmsafe  # noqa: F401
