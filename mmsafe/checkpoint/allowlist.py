@@ -40,7 +40,7 @@ from .errors import CheckpointFormatError, UntrustedCheckpointError
 from .history_buffer import HistoryBufferObjects
 from .numpy_data import NumpyObjects
 from .tensors import TorchObjects
-from .tokens import Token, expect_args, refuse
+from .tokens import Token, describe, expect_args, refuse
 from .unpickler import Rules, check_key
 
 _TEXT_ENCODINGS = ('latin1', 'latin-1', 'utf-8', 'utf8')
@@ -127,7 +127,7 @@ class CheckpointRules(Rules):
         if id(func) in self._trusted_ids:
             return self._trusted_result(func(*args))
         raise UntrustedCheckpointError(
-            f'it calls {func!r}, which is not an allowed function')
+            f'it calls {describe(func)}, which is not an allowed function')
 
     def new(self, cls: Any, args: tuple) -> Any:
         if isinstance(cls, Token) and cls.new is not None:
@@ -135,7 +135,7 @@ class CheckpointRules(Rules):
         if isinstance(cls, type) and id(cls) in self._trusted_ids:
             return self._trusted_result(cls.__new__(cls, *args))
         raise UntrustedCheckpointError(
-            f'it creates an object of {cls!r} (NEWOBJ), which only '
+            f'it creates an object of {describe(cls)} (NEWOBJ), which only '
             "MMEngine's HistoryBuffer needs")
 
     def build(self, obj: Any, state: Any) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, FrozenSet
 
 import numpy as np
 
-from .tokens import Token, exact_int, expect_args, refuse
+from .tokens import Token, describe, exact_int, expect_args, refuse
 
 BUILT_IN_STATISTICS = ('min', 'max', 'current', 'mean')
 _FIELDS = frozenset({'max_length', '_log_history', '_count_history'})
@@ -98,7 +98,7 @@ class HistoryBufferObjects:
         if owner is not self.token or type(name) is not str or \
                 name not in statistic_names():
             raise refuse(
-                f'getattr({owner!r}, {str(name)[:40]!r}) is not allowed while '
+                f'getattr({describe(owner)}, {describe(name)}) is not allowed while '
                 'loading a checkpoint: only the statistics methods of '
                 'mmengine.logging.HistoryBuffer resolve')
         return StatisticsMethod(name)

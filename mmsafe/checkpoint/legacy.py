@@ -32,7 +32,7 @@ from .container import LEGACY_MAGIC
 from .errors import CheckpointFormatError
 from .plain_data import check_plain_data, node_budget
 from .tensors import LOCATION, StorageRef, TorchObjects, element_size
-from .tokens import Token, exact_int, refuse
+from .tokens import Token, describe, exact_int, refuse
 from .unpickler import CheckpointUnpickler
 
 MAGIC_NUMBER = int.from_bytes(LEGACY_MAGIC, 'little')
@@ -51,16 +51,16 @@ class _LegacyStorages(TorchObjects):
         if type(pid) is not tuple or len(pid) != 6 or \
                 type(pid[0]) is not str or pid[0] != 'storage':
             raise refuse('a persistent id other than (\'storage\', class, '
-                         f'key, location, size, None): {str(pid)[:80]}')
+                         f'key, location, size, None): {describe(pid)}')
         _, kind, key, location, numel, view = pid
         if view is not None:
             raise refuse('a storage view (the format of torch < 1.0)')
         if not isinstance(kind, Token) or kind.dtype is None:
-            raise refuse(f'a storage of class {kind!r}')
+            raise refuse(f'a storage of class {describe(kind)}')
         if type(key) is not str or len(key) > 40:
             raise refuse('a storage key that is not a short string')
         if type(location) is not str or not LOCATION.match(location):
-            raise refuse(f'a storage at location {str(location)[:40]!r}')
+            raise refuse(f'a storage at location {describe(location)}')
         numel = exact_int(numel, 'a storage size')
         ref = self.refs.get(key)
         if ref is not None:

@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict
 import numpy as np
 
 from mmsafe.compat import numpy_pickle_functions
-from .tokens import Token, exact_bool, exact_int, expect_args, refuse
+from .tokens import (Token, describe, exact_bool, exact_int, expect_args,
+                     refuse)
 
 #: dtype codes numpy pickles for plain data
 DTYPE_CODE = re.compile(r'(b1|[iu][1248]|f[248]|f16|c8|c16|c32|'
@@ -40,7 +41,8 @@ def plain_dtype(dtype: Any) -> bool:
 
 def _check_dtype(dtype: Any, what: str) -> np.dtype:
     if not plain_dtype(dtype):
-        raise refuse(f'{what} of dtype {dtype!r}: only dtypes of plain data '
+        raise refuse(f'{what} of dtype {describe(dtype)}: only dtypes of '
+                     'plain data '
                      '(no object, structured or datetime dtypes)')
     return dtype
 
@@ -76,7 +78,7 @@ class NumpyObjects:
         expect_args('numpy.dtype', args, 3)
         code, align, copy = args
         if type(code) is not str or not DTYPE_CODE.match(code):
-            raise refuse(f'numpy.dtype({str(code)[:20]!r}): only the codes '
+            raise refuse(f'numpy.dtype({describe(code)}): only the codes '
                          'of plain data')
         dtype = np.dtype(code, exact_bool(align, 'align'),
                          exact_bool(copy, 'copy'))
@@ -91,11 +93,11 @@ class NumpyObjects:
         if type(state) is not tuple or len(state) != 8 or any(
                 type(item) not in (int, str, type(None)) for item in state) \
                 or state[1] not in ('<', '>', '|'):
-            raise refuse(f'a numpy dtype state {str(state)[:80]}')
+            raise refuse(f'a numpy dtype state {describe(state)}')
         order = state[1]
         expected = dtype if order == '|' else dtype.newbyteorder(order)
         if expected.__reduce__()[2] != state:
-            raise refuse(f'a numpy dtype state {str(state)[:80]} that numpy '
+            raise refuse(f'a numpy dtype state {describe(state)} that numpy '
                          f'does not write for {dtype}')
         dtype.__setstate__(state)
         _check_dtype(dtype, 'a numpy dtype')

@@ -20,13 +20,14 @@ refuses:
   memo references can make a list whose printout or copy never ends.
 """
 import collections
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
 
 from .errors import UntrustedCheckpointError
 from .numpy_data import plain_dtype
+from .tokens import describe
 
 MAX_DEPTH = 64
 _LEAVES = frozenset({type(None), bool, int, float, complex, str, bytes,
@@ -43,8 +44,21 @@ def node_budget(pickle_size: int) -> int:
     return 16 * pickle_size + 100_000
 
 
-def _refuse(what: str, where: str) -> UntrustedCheckpointError:
-    return UntrustedCheckpointError(f'{what} at {where or "the top"}')
+#: where a node is: None for the top, else (parent's place, key, how)
+Place = Optional[tuple]
+
+
+def _where(place: Place) -> str:
+    """``['meta']['seed']`` for a place (built only for an error)."""
+    parts = []
+    while place is not None:
+        place, key, how = place
+        parts.append(f'.{key}' if how == 'attr' else f'[{describe(key)}]')
+    return ''.join(reversed(parts)) or 'the top'
+
+
+def _refuse(what: str, place: Place) -> UntrustedCheckpointError:
+    return UntrustedCheckpointError(f'{what} at {_where(place)}')
 
 
 class _Walk:
@@ -56,13 +70,13 @@ class _Walk:
         self.trusted_types = trusted_types
         self.trusted_ids = trusted_ids
 
-    def children(self, obj: Any, where: str) -> Any:
-        """The (label, child) pairs of a container; None for a leaf."""
+    def children(self, obj: Any, where: Place) -> Any:
+        """The (place, child) pairs of a container; None for a leaf."""
         kind = type(obj)
         if kind in _LEAVES:
             return None
         if kind in _SEQUENCES:
-            return ((f'{where}[{i}]', item) for i, item in enumerate(obj))
+            return (((where, i, 'item'), item) for i, item in enumerate(obj))
         if kind in _MAPPINGS:
             extra: Dict[str, Any] = vars(obj) \
                 if kind is collections.OrderedDict else {}
@@ -83,17 +97,17 @@ class _Walk:
         if (self.trusted_types and kind in self.trusted_types) or \
                 id(obj) in self.trusted_ids:
             return None
-        raise _refuse(f'a {kind.__module__}.{kind.__qualname__} ({obj!r:.60}),'
-                      ' which is not plain data', where)
+        raise _refuse(f'{describe(obj)}, which is not plain data', where)
 
     @staticmethod
-    def _items(mapping: Any, extra: Dict[str, Any], where: str
-               ) -> Iterator[Tuple[str, Any]]:
+    def _items(mapping: Any, extra: Dict[str, Any], where: Place
+               ) -> Iterator[Tuple[Place, Any]]:
         for key, value in mapping.items():
-            yield f'{where}[{key!r:.40}]', key
-            yield f'{where}[{key!r:.40}]', value
+            place = (where, key, 'item')
+            yield place, key
+            yield place, value
         for key, value in extra.items():
-            yield f'{where}.{key}', value
+            yield (where, key, 'attr'), value
 
 
 def check_plain_data(obj: Any, budget: int, history_types: Tuple[type, ...],
@@ -115,11 +129,11 @@ def check_plain_data(obj: Any, budget: int, history_types: Tuple[type, ...],
     walk = _Walk(history_types, built, trusted_types, set(trusted_ids))
     weights: Dict[int, int] = {}
     on_path: Set[int] = set()
-    root = walk.children(obj, '')
+    root = walk.children(obj, None)
     if root is None:
         return
-    # frames: [object, its (label, child) pairs, nodes so far, label]
-    stack: List[list] = [[obj, iter(root), 1, '']]
+    # frames: [object, its (place, child) pairs, nodes so far, place]
+    stack: List[list] = [[obj, iter(root), 1, None]]
     on_path.add(id(obj))
     while stack:
         frame = stack[-1]
@@ -135,24 +149,24 @@ def check_plain_data(obj: Any, budget: int, history_types: Tuple[type, ...],
                                   'through the memo, counted per '
                                   'reference)', stack[-1][3])
             continue
-        label, child = step
+        place, child = step
         ident = id(child)
         if ident in on_path:
-            raise _refuse('a container that holds itself (a cycle)', label)
+            raise _refuse('a container that holds itself (a cycle)', place)
         if ident in weights:
             frame[2] += weights[ident]
         else:
-            kids = walk.children(child, label)
+            kids = walk.children(child, place)
             if kids is None:
                 weights[ident] = 1
                 frame[2] += 1
             else:
                 if len(stack) >= MAX_DEPTH:
                     raise _refuse(f'nesting deeper than {MAX_DEPTH} levels',
-                                  label)
+                                  place)
                 on_path.add(ident)
-                stack.append([child, kids, 1, label])
+                stack.append([child, kids, 1, place])
                 continue
         if frame[2] > budget:
             raise _refuse(f'more than {budget} nodes (objects shared '
-                          'through the memo, counted per reference)', label)
+                          'through the memo, counted per reference)', place)

@@ -33,7 +33,8 @@ from torch.serialization import default_restore_location
 from mmsafe.compat import plain_tensor_dtypes, storage_dtypes, tensor_dtypes
 from .container import CheckpointArchive
 from .errors import CheckpointFormatError
-from .tokens import Token, exact_bool, exact_int, expect_args, refuse
+from .tokens import (Token, describe, exact_bool, exact_int, expect_args,
+                     refuse)
 
 MAX_DIMS = 64
 #: the storage locations torch.save writes
@@ -145,18 +146,19 @@ class TorchObjects:
         if type(pid) is not tuple or len(pid) != 5 or \
                 type(pid[0]) is not str or pid[0] != 'storage':
             raise refuse('a persistent id other than (\'storage\', class, '
-                         f'key, location, size): {str(pid)[:80]}')
+                         f'key, location, size): {describe(pid)}')
         _, kind, key, location, numel = pid
         if not isinstance(kind, Token) or kind.dtype is None:
-            raise refuse(f'a storage of class {kind!r}, not a storage class '
+            raise refuse(f'a storage of class {describe(kind)}, not a storage '
+                         'class '
                          'of plain tensors')
         if type(location) is not str or not LOCATION.match(location):
-            raise refuse(f'a storage at location {str(location)[:40]!r}')
+            raise refuse(f'a storage at location {describe(location)}')
         numel = exact_int(numel, 'a storage size')
         sizes = self.archive.storage_sizes
         if type(key) is not str or key not in sizes:
             raise CheckpointFormatError(
-                f'its pickle names the storage {str(key)[:40]!r}, which has '
+                f'its pickle names the storage {describe(key)}, which has '
                 'no data/ record')
         nbytes = numel * element_size(kind.dtype)
         if nbytes != sizes[key]:
@@ -204,7 +206,7 @@ class TorchObjects:
         dtype = args[6]
         if not isinstance(dtype, torch.dtype) or \
                 dtype not in plain_tensor_dtypes():
-            raise refuse(f'_rebuild_tensor_v3 with dtype {dtype!r}')
+            raise refuse(f'_rebuild_tensor_v3 with dtype {describe(dtype)}')
         return self._tensor(args[0], dtype, *args[1:6],
                             args[7] if len(args) == 8 else None)
 
@@ -270,13 +272,13 @@ class TorchObjects:
         kind = args[0]
         if type(kind) is not str or kind.split(':')[0] not in DEVICE_TYPES \
                 or not LOCATION.match(kind):
-            raise refuse(f'torch.device of {str(kind)[:40]!r}')
+            raise refuse(f'torch.device of {describe(kind)}')
         if len(args) == 2:
             exact_int(args[1], 'a device index', high=65535)
         try:
             return torch.device(*args)
         except (RuntimeError, TypeError, ValueError) as err:
-            raise refuse(f'torch.device{args!r}: {err}') from err
+            raise refuse(f'torch.device{describe(args)}: {err}') from err
 
     def size(self, args: tuple) -> torch.Size:
         expect_args('torch.Size', args, 1)

@@ -35,6 +35,29 @@ class Token:
         return f'<{self.name}>'
 
 
+def describe(value: Any, depth: int = 0) -> str:
+    """A short account of a value a pickle made, for an error message,
+    that runs none of its code: plain values shortly, tuples item by item,
+    anything else by its type (a tensor's repr may import modules and print
+    megabytes)."""
+    kind = type(value)
+    if value is None or kind is bool or kind is float:
+        return repr(value)
+    if kind is int:
+        return repr(value) if value.bit_length() < 64 else \
+            f'an integer of {value.bit_length()} bits'
+    if kind is str or kind is bytes:
+        text = repr(value[:40])
+        return text if len(value) <= 40 else text + '...'
+    if isinstance(value, Token):
+        return repr(value)
+    if kind is tuple and depth < 2:
+        items = [describe(item, depth + 1) for item in value[:6]]
+        more = ', ...' if len(value) > 6 else ''
+        return '(' + ', '.join(items) + more + ')'
+    return f'a {kind.__module__}.{kind.__qualname__}'
+
+
 def refuse(what: str) -> UntrustedCheckpointError:
     """The error for a call or state outside what checkpoints use."""
     return UntrustedCheckpointError(what)
@@ -53,7 +76,7 @@ def exact_int(value: Any, what: str, low: int = 0,
     """``value`` when it is an int (not a bool) in ``[low, high]``."""
     if type(value) is not int or not low <= value <= high:
         raise refuse(f'{what} must be an integer in [{low}, {high}], not '
-                     f'{type(value).__qualname__} {str(value)[:40]}')
+                     f'{describe(value)}')
     return value
 
 

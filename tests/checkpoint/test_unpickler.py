@@ -373,4 +373,21 @@ def test_storage_class_dtypes_and_tensor_dtype_values(tmp_path):
                           p.op_global('torch', 'float') + p.TUPLE2)
     assert loaded == (torch.bfloat16, torch.float32)
     _untrusted(tmp_path, p.op_global('torch', 'FloatStorage'),
-               'Token')
+               'torch.FloatStorage>, which is not plain data')
+
+
+def test_refusals_describe_values_without_running_or_printing_them(
+        tmp_path):
+    """A refusal names the types of what a pickle made: a tensor's repr
+    could import modules and print megabytes, a long string is cut."""
+    import sys
+    four = {'0': p._float_bytes(4)}
+    one = p.op_int(1) + p.TUPLE1
+    tensor = _tensor_args(p.op_int(0), p.op_int(4) + p.TUPLE1, one)
+    modules = set(sys.modules)
+    with pytest.raises(UntrustedCheckpointError) as info:
+        _load_pickle(tmp_path, p.MARK + tensor + p.op_str('x' * 100000) +
+                     p.TUPLE + p.BINPERSID, four)
+    message = str(info.value)
+    assert "(a torch.Tensor, 'xxxx" in message and len(message) < 1200
+    assert set(sys.modules) == modules
