@@ -98,8 +98,8 @@ class HistoryBufferObjects:
         if owner is not self.token or type(name) is not str or \
                 name not in statistic_names():
             raise refuse(
-                f'getattr({describe(owner)}, {describe(name)}) is not allowed while '
-                'loading a checkpoint: only the statistics methods of '
+                f'getattr({describe(owner)}, {describe(name)}) is not allowed '
+                'while loading a checkpoint: only the statistics methods of '
                 'mmengine.logging.HistoryBuffer resolve')
         return StatisticsMethod(name)
 
