@@ -131,8 +131,9 @@ def _check_file(path: str, where: str, ctx: PreflightContext,
             'Use it as load_from without resume (weights only).')
         return
     size = osp.getsize(path) / 2**20
-    yield CheckRow('ok', NAME, f'{path} loads as plain data '
-                   f'({size:.0f} MiB).', where)
+    yield CheckRow('ok', NAME, f'{path} loads with weights_only=True '
+                   f"(mmsafe's loader: plain data only; {size:.0f} MiB).",
+                   where)
     yield from _key_rows(_state_dict(obj), ctx, where, strict_shapes=resume)
 
 
