@@ -6,7 +6,9 @@ numpy pickles (protocol 2, as ``torch.save`` writes):
   ``(3, byteorder, None, None, None, elsize, alignment, flags)``;
 * an array as ``_reconstruct(numpy.ndarray, (0,), b'b')`` then ``BUILD``
   with ``(1, shape, dtype, is_fortran, raw bytes)``;
-* a scalar as ``scalar(dtype, raw bytes)``.
+* a scalar as ``scalar(dtype, raw bytes)``;
+* under protocol 5, an array as ``_frombuffer(bytes, dtype, shape,
+  order)``.
 
 Only those exact forms are accepted, for dtypes of plain data (booleans,
 integers, floats, complex numbers, byte and unicode strings): object,
@@ -57,21 +59,22 @@ class NumpyObjects:
 
     def __init__(self, expect_build: Callable[[Any, Callable], None]):
         self.expect_build = expect_build
-        self.reconstruct_fn, self.scalar_fn, modules = \
-            numpy_pickle_functions()
+        self.functions = numpy_pickle_functions()
         self.ndarray = Token('numpy.ndarray')
-        self.modules = modules
 
     def globals(self) -> Dict[str, Any]:
         found: Dict[str, Any] = {
             'numpy.ndarray': self.ndarray,
             'numpy.dtype': Token('numpy.dtype', call=self.dtype)}
-        for module in self.modules:
-            found[f'{module}._reconstruct'] = Token(
-                f'{module}._reconstruct', call=self.reconstruct)
-            found[f'{module}.scalar'] = Token(f'{module}.scalar',
-                                              call=self.scalar)
+        checks = {'_reconstruct': self.reconstruct, 'scalar': self.scalar,
+                  '_frombuffer': self.frombuffer}
+        for name in self.functions:
+            found[name] = Token(name, call=checks[name.rsplit('.', 1)[1]])
         return found
+
+    def _function(self, name: str) -> Callable:
+        return next(fn for key, fn in self.functions.items()
+                    if key.endswith('.' + name))
 
     # ---------------------------------------------------------- dtypes --
     def dtype(self, args: tuple) -> np.dtype:
@@ -111,7 +114,7 @@ class NumpyObjects:
                 shape[0] != 0 or type(code) is not bytes or code != b'b':
             raise refuse('numpy _reconstruct other than of an empty '
                          "numpy.ndarray ((0,), b'b')")
-        array = self.reconstruct_fn(np.ndarray, (0, ), b'b')
+        array = self._function('_reconstruct')(np.ndarray, (0, ), b'b')
         self.expect_build(array, self.build_array)
         return array
 
@@ -144,4 +147,23 @@ class NumpyObjects:
         if type(data) is not bytes or len(data) != dtype.itemsize:
             raise refuse(f'a numpy {dtype} scalar whose data is not '
                          f'{dtype.itemsize} bytes')
-        return self.scalar_fn(dtype, data)
+        return self._function('scalar')(dtype, data)
+
+    def frombuffer(self, args: tuple) -> np.ndarray:
+        """Protocol 5: ``_frombuffer(data, dtype, shape, order)``, the data
+        in band (bytes or bytearray)."""
+        expect_args('numpy _frombuffer', args, 4)
+        data, dtype, shape, order = args
+        _check_dtype(dtype, 'a numpy array')
+        if type(data) not in (bytes, bytearray) or \
+                type(shape) is not tuple or len(shape) > MAX_DIMS or \
+                type(order) is not str or order not in ('C', 'F'):
+            raise refuse('numpy _frombuffer other than of in-band bytes, a '
+                         "shape and the order 'C' or 'F'")
+        count = 1
+        for n in shape:
+            count *= exact_int(n, 'a numpy array size')
+        if len(data) != count * dtype.itemsize:
+            raise refuse(f'a numpy array of shape {describe(shape)} and dtype '
+                         f'{dtype} with {len(data)} bytes of data')
+        return self._function('_frombuffer')(data, dtype, shape, order)

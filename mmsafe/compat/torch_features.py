@@ -182,18 +182,23 @@ def storage_dtypes() -> Dict[str, torch.dtype]:
 
 
 @functools.lru_cache(maxsize=None)
-def numpy_pickle_functions() -> Tuple[Any, Any, Tuple[str, ...]]:
-    """``(_reconstruct, scalar, module names)``: the two functions by which
-    numpy pickles arrays and scalars, and the names of the module that
-    pickles give them (``numpy.core.multiarray`` under numpy 1,
-    ``numpy._core.multiarray`` under numpy 2; a checkpoint may come from
-    either)."""
+def numpy_pickle_functions() -> Dict[str, Any]:
+    """The functions by which numpy pickles arrays and scalars, by the
+    dotted names pickles give them: ``numpy.core.*`` under numpy 1,
+    ``numpy._core.*`` under numpy 2 (a checkpoint may come from either;
+    both names resolve to this numpy's function). ``_reconstruct`` and
+    ``scalar`` (protocols 2-4), ``_frombuffer`` (arrays under protocol
+    5)."""
     try:
-        from numpy._core import multiarray  # numpy >= 2
+        from numpy._core import multiarray, numeric  # numpy >= 2
     except ImportError:  # numpy 1.x
-        from numpy.core import multiarray  # type: ignore
-    return (multiarray._reconstruct, multiarray.scalar,
-            ('numpy.core.multiarray', 'numpy._core.multiarray'))
+        from numpy.core import multiarray, numeric  # type: ignore
+    found = {}
+    for package in ('numpy.core', 'numpy._core'):
+        found[f'{package}.multiarray._reconstruct'] = multiarray._reconstruct
+        found[f'{package}.multiarray.scalar'] = multiarray.scalar
+        found[f'{package}.numeric._frombuffer'] = numeric._frombuffer
+    return found
 
 
 # -------------------------------------------------- rendezvous store --

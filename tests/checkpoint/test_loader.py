@@ -44,6 +44,13 @@ def test_runner_checkpoint_loads_as_torch_reads_it(tmp_path, mmap):
     assert type(loaded['meta']['seed']) is np.int64
 
 
+@pytest.mark.parametrize('protocol', [3, 4, 5])
+def test_every_pickle_protocol_of_torch_save(tmp_path, protocol):
+    saved = runner_like_checkpoint()
+    path = _save(saved, tmp_path, pickle_protocol=protocol)
+    assert same_data(load_checkpoint_file(path), saved)
+
+
 def test_mmdetection_zoo_and_plain_state_dicts(tmp_path):
     """MMDetection's model zoo files (``state_dict`` + ``meta`` with the
     config text and class names) and torchvision/timm files (a bare state

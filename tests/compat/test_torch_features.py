@@ -125,7 +125,12 @@ def test_checkpoint_dtypes_and_storage_classes():
     assert storages['torch.UntypedStorage'] is torch.uint8
     assert 'torch.QInt8Storage' not in storages
     assert set(storages.values()) <= plain
-    reconstruct, scalar, modules = compat.numpy_pickle_functions()
-    assert reconstruct(np.ndarray, (0, ), b'b').shape == (0, )
-    assert scalar(np.dtype('f8'), b'\0' * 8) == 0.0
-    assert modules == ('numpy.core.multiarray', 'numpy._core.multiarray')
+    functions = compat.numpy_pickle_functions()
+    for package in ('numpy.core', 'numpy._core'):
+        reconstruct = functions[f'{package}.multiarray._reconstruct']
+        assert reconstruct(np.ndarray, (0, ), b'b').shape == (0, )
+        scalar = functions[f'{package}.multiarray.scalar']
+        assert scalar(np.dtype('f8'), b'\0' * 8) == 0.0
+        frombuffer = functions[f'{package}.numeric._frombuffer']
+        assert frombuffer(b'\0' * 8, np.dtype('f4'), (2, ), 'C').shape == \
+            (2, )
