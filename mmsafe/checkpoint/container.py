@@ -23,7 +23,7 @@ The sizes that the pickle claims for its storages are checked against
 these records by :mod:`.tensors` before a storage is built.
 
 Storage bytes are read into memory or, with ``mmap=True``, mapped from the
-file (``torch.UntypedStorage.from_file``, private copy-on-write pages; the
+file this archive opened and checked (private copy-on-write pages: the
 file is never written). Their CRCs are not computed on a load (as torch
 does not; a damaged tensor is data, not a danger): :meth:`verify` checks
 them, for auto-resume's choice and ``tools/convert_checkpoint.py
@@ -32,6 +32,7 @@ load.
 """
 import codecs
 import io
+import mmap
 import os
 import re
 import stat
@@ -156,7 +157,7 @@ class CheckpointArchive:
         self.mmap = bool(mmap)
         self._path: Optional[str] = None
         self._file, self.size = self._open(source)
-        self._whole: Optional[torch.UntypedStorage] = None
+        self._map: Optional[mmap.mmap] = None
         try:
             self._records = self._check_container()
             self.pickle = self._read(self._records['data.pkl'])
@@ -373,10 +374,14 @@ class CheckpointArchive:
         if record.size == 0:
             return torch.UntypedStorage(0)
         if self.mmap:
-            if self._whole is None:
-                self._whole = torch.UntypedStorage.from_file(
-                    self._path, False, self.size)
-            return self._whole[record.offset:record.offset + record.size]
+            if self._map is None:
+                # the file this archive checked (its descriptor, not its
+                # path again), private copy-on-write pages
+                self._map = mmap.mmap(self._file.fileno(), 0,
+                                      access=mmap.ACCESS_COPY)
+            return torch.frombuffer(self._map, dtype=torch.uint8,
+                                    count=record.size,
+                                    offset=record.offset).untyped_storage()
         buffer = torch.empty(record.size, dtype=torch.uint8)
         view = memoryview(buffer.numpy())
         self._file.seek(record.offset)
