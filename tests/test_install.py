@@ -24,7 +24,8 @@ from tests.utils import REPO_ROOT, run_command
 pytestmark = pytest.mark.slow
 
 COMMANDS = ('mmsafe-train', 'mmsafe-test', 'mmsafe-check-dataset',
-            'mmsafe-preflight', 'mmsafe-eval-kaist', 'mmsafe-make-m3fd-split')
+            'mmsafe-preflight', 'mmsafe-eval-kaist', 'mmsafe-make-m3fd-split',
+            'mmsafe-convert-checkpoint')
 
 
 def _run(cmd, cwd, env=None, timeout=600):
@@ -79,7 +80,8 @@ def test_the_wheel_holds_mmsafe_its_configs_and_tools_only(wheel):
                 'kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py'):
         assert f'mmsafe/.mim/configs/{rel}' in names, rel
     for tool in ('train.py', 'test.py', 'check_dataset.py', 'preflight.py',
-                 'eval_kaist.py', 'make_m3fd_split.py', 'dist_train.sh'):
+                 'eval_kaist.py', 'make_m3fd_split.py', 'convert_checkpoint.py',
+                 'dist_train.sh'):
         assert f'mmsafe/.mim/tools/{tool}' in names, tool
     assert 'mmsafe/.mim/tools/setup_env.sh' not in names
     assert not [n for n in names if '/tests/' in n or n.startswith(

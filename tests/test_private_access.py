@@ -23,12 +23,11 @@ from tests.utils import REPO_ROOT
 THIRD_PARTY = {
     ('mmsafe/checkpoint/remote_weights.py', 'mm_ckpt', '_get_mmengine_home'):
         "MMEngine's own cache directory for downloaded weights",
-    ('mmsafe/checkpoint/trust.py', 'HistoryBuffer', '_statistics_methods'):
-        "the statistics MMEngine's HistoryBuffer pickles by name",
-    ('mmsafe/checkpoint/trust.py', 'multiarray', '_reconstruct'):
-        'the NumPy global that pickled arrays name',
-    ('mmsafe/checkpoint/weights_unpickler.py', 'pickle', '_Unpickler'):
-        "the pure-Python unpickler, subclassed to restrict find_class",
+    ('mmsafe/checkpoint/history_buffer.py', 'HistoryBuffer',
+     '_statistics_methods'):
+        "the statistics MMEngine's HistoryBuffer pickles by name (read only)",
+    ('mmsafe/compat/torch_features.py', 'multiarray', '_reconstruct'):
+        'the NumPy function that pickled arrays name',
     ('mmsafe/compat/cpu_grad_scaler.py', 'module',
      '_refresh_per_optimizer_state'):
         "torch's GradScaler per-optimizer state factory (feature-detected)",

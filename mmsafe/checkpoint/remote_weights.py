@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from .trust import load_checkpoint_file, load_local_checkpoint
+from .loader import load_checkpoint_file, load_from_local
 
 #: environment variable: socket timeout of a weight download, in seconds
 TIMEOUT_ENV = 'MMSAFE_DOWNLOAD_TIMEOUT'
@@ -198,7 +198,7 @@ def load_from_url_or_cache(filename: str, map_location: Any = None) -> Any:
     if not url.startswith(('http://', 'https://')):
         # open-mmlab:// entries may name a file under MMENGINE_HOME
         from mmengine.runner import checkpoint as mm_ckpt
-        return load_local_checkpoint(
+        return load_from_local(
             osp.join(mm_ckpt._get_mmengine_home(), url), map_location)
     path = ensure_cached(url, name=filename)
     checkpoint = load_checkpoint_file(path, map_location)

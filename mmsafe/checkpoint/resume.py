@@ -11,43 +11,41 @@ hub (``mmsafe/resume``) and as events (``kind='resume'``).
 import glob
 import logging
 import os.path as osp
-import pickle
-import zipfile
 from typing import Any, List, Optional, Tuple
 
 from mmengine.dist import is_main_process
 
 from mmsafe.events import INFO_PREFIX, log, update_counters, write_event
 from mmsafe.guard_outputs import Counter, Event
-from .trust import (UntrustedCheckpointError, explain_refusal,
-                    load_checkpoint_file, refused_object)
+from .container import CheckpointArchive
+from .errors import CheckpointFormatError, UntrustedCheckpointError
+from .loader import load_checkpoint_file
 
 
 # --------------------------------------------------------------------------
 def checkpoint_problem(path: str) -> Optional[str]:
     """Why ``path`` cannot be resumed from, or None when it loads.
 
-    The zip container is CRC-checked and the pickle is loaded with
-    ``weights_only=True`` (memory-mapped, so tensors are not read twice).
+    Every record of the container is CRC-checked, then the checkpoint is
+    loaded with mmsafe's loader (memory-mapped, so tensors are not read
+    twice). A file that is not a plain ``torch.save`` archive (a
+    TorchScript, tar or legacy file) or is damaged is a reason to skip it
+    (:class:`~.errors.CheckpointFormatError`).
 
     Raises:
-        UntrustedCheckpointError: the file holds an untrusted object; that
-            is a decision for the user, never a reason to skip silently.
+        UntrustedCheckpointError: the file holds an object that is not
+            plain data; that is a decision for the user, never a reason to
+            skip silently.
     """
-    if not osp.isfile(path):
+    if not osp.exists(path):
         return 'file does not exist'
     try:
-        mmap = zipfile.is_zipfile(path)
-        if mmap:
-            with zipfile.ZipFile(path) as zf:
-                bad = zf.testzip()
-            if bad is not None:
-                return f'corrupt entry {bad!r} (CRC mismatch)'
-        ckpt = load_checkpoint_file(path, map_location='cpu', mmap=mmap)
-    except pickle.UnpicklingError as err:
-        if refused_object(err) is not None:
-            raise UntrustedCheckpointError(explain_refusal(path, err)) \
-                from None
+        with CheckpointArchive(path, path) as archive:
+            archive.verify()
+        ckpt = load_checkpoint_file(path, map_location='cpu', mmap=True)
+    except UntrustedCheckpointError:
+        raise
+    except CheckpointFormatError as err:
         return f'{type(err).__name__}: {err}'
     except Exception as err:  # any failure to read means: do not use it
         return f'{type(err).__name__}: {str(err).splitlines()[0][:200]}'
@@ -60,10 +58,9 @@ def checkpoint_problem(path: str) -> Optional[str]:
 
 
 def checkpoint_meta(path: str) -> dict:
-    """The ``meta`` of the checkpoint at ``path`` (weights-only,
+    """The ``meta`` of the checkpoint at ``path`` (mmsafe's loader,
     memory-mapped: the tensors are not read); ``{}`` when it has none."""
-    ckpt = load_checkpoint_file(path, map_location='cpu',
-                                mmap=zipfile.is_zipfile(path))
+    ckpt = load_checkpoint_file(path, map_location='cpu', mmap=True)
     meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
     return meta if isinstance(meta, dict) else {}
 

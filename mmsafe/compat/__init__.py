@@ -7,12 +7,15 @@ version strings. The rest of mmsafe calls these functions.
 from .torch_features import (autocast_dtype, autocast_enabled,
                              cpu_autocast_dtypes, ddp_reduction_check,
                              default_store_address,
-                             grad_scaler, native_safe_globals,
-                             numpy_to_tensor, supports_tensor_dtype)
+                             grad_scaler, numpy_pickle_functions,
+                             numpy_to_tensor, plain_tensor_dtypes,
+                             storage_dtypes, supports_tensor_dtype,
+                             tensor_dtypes)
 
 __all__ = [
     'autocast_dtype', 'autocast_enabled', 'cpu_autocast_dtypes',
     'ddp_reduction_check', 'default_store_address',
-    'grad_scaler', 'native_safe_globals',
-    'numpy_to_tensor', 'supports_tensor_dtype'
+    'grad_scaler', 'numpy_pickle_functions', 'numpy_to_tensor',
+    'plain_tensor_dtypes', 'storage_dtypes', 'supports_tensor_dtype',
+    'tensor_dtypes'
 ]

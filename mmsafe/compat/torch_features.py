@@ -12,10 +12,11 @@ What differs, and what mmsafe does about it:
 * CPU autocast in float16: older torch supports bfloat16 only.
 * ``torch.uint16`` and ``torch.uint32``: older torch has neither; numpy
   uint16/uint32 images become int32/int64 tensors, every value exact.
-* Checkpoint loading: ``torch.serialization.add_safe_globals`` with
-  ``(object, name)`` pairs (new torch) extends ``weights_only=True``;
-  without it mmsafe's own weights-only unpickler
-  (:mod:`mmsafe.checkpoint.weights_unpickler`) is used.
+* Checkpoint loading (:mod:`mmsafe.checkpoint` reads checkpoints itself,
+  the same way on every torch): the tensor dtypes (newer torch adds
+  ``uint16``/``uint32``/float8 types), the storage classes that
+  ``torch.save`` names, and numpy's pickling functions
+  (``numpy.core.multiarray`` became ``numpy._core.multiarray`` in numpy 2).
 * The rendezvous store of the default process group: reached through
   ``distributed_c10d._get_default_store()`` and its chain of
   ``PrefixStore.underlying_store``; a wait that times out raises
@@ -26,9 +27,8 @@ What differs, and what mmsafe does about it:
   unused-parameter error when it did not).
 """
 import functools
-import io
 import warnings
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 import numpy as np
 import torch
@@ -131,42 +131,74 @@ def numpy_to_tensor(array: np.ndarray) -> torch.Tensor:
 
 
 # ---------------------------------------------------------- checkpoints --
-class _PairProbe:
-    """Pickled as ``getattr(_PairProbe, 'answer')``, as MMEngine's
-    ``HistoryBuffer`` pickles its statistics methods."""
-
-    @classmethod
-    def answer(cls) -> int:
-        return 42
-
-
-def _stand_in_getattr(owner: Any, name: str) -> str:
-    return 'pair-form'
+@functools.lru_cache(maxsize=None)
+def tensor_dtypes() -> Dict[str, torch.dtype]:
+    """Every tensor dtype of this torch by the name a pickle gives it
+    (``'torch.float32'``, and aliases such as ``'torch.float'``); newer
+    torch has more (``torch.uint16``, float8 types)."""
+    return {f'torch.{name}': value for name in dir(torch)
+            for value in [getattr(torch, name, None)]
+            if isinstance(value, torch.dtype)}
 
 
 @functools.lru_cache(maxsize=None)
-def native_safe_globals() -> bool:
-    """Whether ``torch.serialization`` can extend ``weights_only=True``
-    loading with ``(object, dotted name)`` pairs, and read and restore that
-    list (``add_safe_globals``/``get_safe_globals``/``clear_safe_globals``):
-    proven by loading a probe under a stand-in for ``builtins.getattr``."""
-    serialization = torch.serialization
-    if not all(hasattr(serialization, name) for name in (
-            'add_safe_globals', 'get_safe_globals', 'clear_safe_globals')):
-        return False
-    buffer = io.BytesIO()
-    torch.save(_PairProbe.answer, buffer)
-    buffer.seek(0)
-    saved = serialization.get_safe_globals()
+def plain_tensor_dtypes() -> FrozenSet[torch.dtype]:
+    """The dtypes of ordinary tensors: those this torch fills with zeros
+    (not the quantized ones, which need a quantizer)."""
+    found = set()
+    for dtype in tensor_dtypes().values():
+        try:
+            torch.zeros(1, dtype=dtype)
+        except (RuntimeError, TypeError, NotImplementedError):
+            continue
+        found.add(dtype)
+    return frozenset(found)
+
+
+@functools.lru_cache(maxsize=None)
+def storage_dtypes() -> Dict[str, torch.dtype]:
+    """The storage classes that ``torch.save`` names in a checkpoint
+    (``'torch.FloatStorage'`` ...; ``torch.UntypedStorage`` holds bytes),
+    with the dtype of each: the legacy typed storage classes this torch
+    still has, for the dtypes of which it makes ordinary (not quantized)
+    tensors."""
+    found: Dict[str, torch.dtype] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # TypedStorage is deprecated
+        for name in dir(torch):
+            value = getattr(torch, name, None)
+            if not (isinstance(value, type) and name.endswith('Storage')
+                    and issubclass(value, torch.TypedStorage)
+                    and value is not torch.TypedStorage):
+                continue
+            dtype = getattr(value, 'dtype', None)
+            if isinstance(dtype, torch.dtype) and \
+                    dtype in plain_tensor_dtypes():
+                found[f'torch.{name}'] = dtype
+    untyped = torch.UntypedStorage
+    for module in ('torch', untyped.__module__):
+        found[f'{module}.UntypedStorage'] = torch.uint8
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_pickle_functions() -> Dict[str, Any]:
+    """The functions by which numpy pickles arrays and scalars, by the
+    dotted names pickles give them: ``numpy.core.*`` under numpy 1,
+    ``numpy._core.*`` under numpy 2 (a checkpoint may come from either;
+    both names resolve to this numpy's function). ``_reconstruct`` and
+    ``scalar`` (protocols 2-4), ``_frombuffer`` (arrays under protocol
+    5)."""
     try:
-        serialization.add_safe_globals(
-            [_PairProbe, (_stand_in_getattr, 'builtins.getattr')])
-        return torch.load(buffer, weights_only=True) == 'pair-form'
-    except Exception:  # any failure means the pair form is not there
-        return False
-    finally:
-        serialization.clear_safe_globals()
-        serialization.add_safe_globals(saved)
+        from numpy._core import multiarray, numeric  # numpy >= 2
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray, numeric  # type: ignore
+    found = {}
+    for package in ('numpy.core', 'numpy._core'):
+        found[f'{package}.multiarray._reconstruct'] = multiarray._reconstruct
+        found[f'{package}.multiarray.scalar'] = multiarray.scalar
+        found[f'{package}.numeric._frombuffer'] = numeric._frombuffer
+    return found
 
 
 # -------------------------------------------------- rendezvous store --

@@ -111,12 +111,26 @@ def test_grad_scaler_is_torchs_own_where_it_exists():
     assert disabled.scale(loss) is loss
 
 
-def test_native_safe_globals_probe_leaves_the_allowlist_as_it_was():
-    serialization = torch.serialization
-    if not hasattr(serialization, 'get_safe_globals'):
-        assert compat.native_safe_globals() is False
-        return
-    before = {id(g) for g in serialization.get_safe_globals()}
-    compat.native_safe_globals.cache_clear()
-    compat.native_safe_globals()
-    assert {id(g) for g in serialization.get_safe_globals()} == before
+def test_checkpoint_dtypes_and_storage_classes():
+    """The dtypes and storage classes that checkpoints name, as this torch
+    has them: ordinary tensor dtypes only behind storage classes."""
+    dtypes = compat.tensor_dtypes()
+    assert dtypes['torch.float32'] is torch.float32
+    assert dtypes['torch.float'] is torch.float32
+    plain = compat.plain_tensor_dtypes()
+    assert torch.bfloat16 in plain and torch.qint8 not in plain
+    storages = compat.storage_dtypes()
+    assert storages['torch.FloatStorage'] is torch.float32
+    assert storages['torch.BFloat16Storage'] is torch.bfloat16
+    assert storages['torch.UntypedStorage'] is torch.uint8
+    assert 'torch.QInt8Storage' not in storages
+    assert set(storages.values()) <= plain
+    functions = compat.numpy_pickle_functions()
+    for package in ('numpy.core', 'numpy._core'):
+        reconstruct = functions[f'{package}.multiarray._reconstruct']
+        assert reconstruct(np.ndarray, (0, ), b'b').shape == (0, )
+        scalar = functions[f'{package}.multiarray.scalar']
+        assert scalar(np.dtype('f8'), b'\0' * 8) == 0.0
+        frombuffer = functions[f'{package}.numeric._frombuffer']
+        assert frombuffer(b'\0' * 8, np.dtype('f4'), (2, ), 'C').shape == \
+            (2, )

@@ -1,7 +1,7 @@
-"""Checkpoints of real MMDetection runs load on torch >= 2.6 with
-``weights_only=True`` (train, ``--resume``, ``--resume PATH``,
-``load_from``), and a checkpoint holding any other pickled object is refused
-without running it."""
+"""Checkpoints of real MMDetection runs load with mmsafe's loader on every
+torch (train, ``--resume``, ``--resume PATH``, ``load_from``), and a
+checkpoint holding any other pickled object is refused without running
+it."""
 import os
 import os.path as osp
 import pickle
@@ -248,11 +248,15 @@ def test_malicious_checkpoint_is_refused_in_process(tmp_path, payload_cls,
         with trusted_checkpoint_globals(), explain_refusals(path):
             _load_checkpoint(path, map_location='cpu')
     message = str(info.value)
-    # the name to trust: as the payload's module wrote it (torch's own
-    # unpickler may give a builtin's short name)
     assert f'`{name}`' in message or f'`builtins.{name}`' in message, message
-    assert 'mmsafe_trusted_globals' in message
-    assert 'MMSAFE_TRUSTED_GLOBALS' in message
+    if name == 'exec':
+        # a builtin is never offered for trust
+        assert 'can never be trusted' in message, message
+        assert "mmsafe_trusted_globals = ['" not in message, message
+    else:
+        # a function of a project module this process imported is
+        assert f"mmsafe_trusted_globals = ['{name}']" in message, message
+        assert f'MMSAFE_TRUSTED_GLOBALS={name}' in message, message
     assert not osp.exists(marker), 'the checkpoint ran code while loading'
 
 
@@ -307,17 +311,19 @@ def test_explicit_opt_in_by_env_and_config(tmp_path, monkeypatch):
 
 def test_getattr_stand_in_only_resolves_history_buffer_statistics():
     import mmsafe  # noqa: F401
-    from mmengine.logging import HistoryBuffer
-
-    from mmsafe.checkpoint.trust import (UntrustedCheckpointError,
-                                         _history_buffer_method)
-    assert _history_buffer_method(HistoryBuffer, 'mean') is \
-        HistoryBuffer.__dict__['mean']
-    for owner, name in ((HistoryBuffer, '__init__'), (HistoryBuffer,
-                                                      'update'),
-                        (os, 'system'), (torch, 'load')):
+    from mmsafe.checkpoint import UntrustedCheckpointError
+    from mmsafe.checkpoint.history_buffer import (HistoryBufferObjects,
+                                                  StatisticsMethod)
+    from mmsafe.checkpoint.tokens import Token
+    objects = HistoryBufferObjects(lambda obj, build: None)
+    resolved = objects.getattr((objects.token, 'mean'))
+    assert type(resolved) is StatisticsMethod and resolved.name == 'mean'
+    for owner, name in ((objects.token, '__init__'),
+                        (objects.token, 'update'),
+                        (Token('posix'), 'system'), (os, 'system'),
+                        (torch, 'load')):
         with pytest.raises(UntrustedCheckpointError):
-            _history_buffer_method(owner, name)
+            objects.getattr((owner, name))
     assert not os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD')
 
 

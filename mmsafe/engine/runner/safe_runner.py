@@ -28,9 +28,7 @@ from mmdet.registry import HOOKS
 from mmsafe.checkpoint import (ATOMIC_BACKEND_ARGS, checkpoint_meta,
                                explain_refusals,
                                find_latest_loadable_checkpoint, is_local_path,
-                               record_resume,
-                               register_local_weights_only_scheme,
-                               register_remote_weight_schemes,
+                               record_resume, register_checkpoint_schemes,
                                trusted_checkpoint_globals)
 from mmsafe.datasets.loader.processes import IgnoreStopSignals
 from mmsafe.datasets.pipeline_check import assert_wrapper_pipelines_paired
@@ -67,10 +65,10 @@ class SafeRunner(Runner):
       ``device_ids``; a distributed config without
       ``env_cfg.dist_cfg.timeout`` gets a finite one (1800 s).
     * **checkpoints**: every load (``load_from``, ``resume``, pretrained
-      ``init_cfg``) from a file or URL loads weights-only on every torch
-      (MMEngine's CheckpointLoader schemes for local paths and URLs) and
-      trusts what MMEngine/MMDetection checkpoints hold plus
-      ``mmsafe_trusted_globals`` (:mod:`mmsafe.checkpoint.trust`); local
+      ``init_cfg``) of every MMEngine CheckpointLoader scheme goes through
+      mmsafe's loader (:mod:`mmsafe.checkpoint.loader`: plain data only,
+      the same on every torch) plus ``mmsafe_trusted_globals``
+      (:mod:`mmsafe.checkpoint.trust`); local
       checkpoints are written atomically
       (:class:`~mmsafe.checkpoint.AtomicLocalBackend`);
       ``resume=True`` resumes from the newest checkpoint that loads;
@@ -128,8 +126,7 @@ class SafeRunner(Runner):
         self.resume_plan = None
         self._loaded_meta: Optional[dict] = None
         self._resume_found: Any = _NOT_LOOKED_UP
-        register_local_weights_only_scheme()
-        register_remote_weight_schemes()
+        register_checkpoint_schemes()
         super().__init__(*args, **kwargs)
         self._open_rank_channel()
 

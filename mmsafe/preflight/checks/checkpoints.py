@@ -2,11 +2,11 @@
 (``init_cfg``, ``pretrained=``, URLs and model-zoo names) are available
 offline (:mod:`.pretrained_weights`).
 
-PyTorch >= 2.6 loads with ``weights_only=True``; a checkpoint holding an
-object outside mmsafe's allowlist is refused (mmsafe never turns
-``weights_only`` off). The file is loaded once here, memory-mapped, and its
-keys are compared with the built model's, so a checkpoint of another model
-shows before training rather than as a wall of "missing keys" warnings.
+The file is loaded once here with mmsafe's loader (the one training uses,
+memory-mapped): a file that is not a plain ``torch.save`` archive or holds
+anything but plain data is an error row naming what it is. Its keys are
+compared with the built model's, so a checkpoint of another model shows
+before training rather than as a wall of "missing keys" warnings.
 """
 import os.path as osp
 from typing import Any, Iterator, List, Optional, Tuple
@@ -19,28 +19,40 @@ from .pretrained_weights import (check_pretrained_weights, is_remote,
 NAME = 'checkpoint'
 
 
-def _safe_load(path: str, cfg) -> Tuple[Any, Optional[str], bool]:
-    """Load with ``weights_only=True``; (object, problem, refused)."""
-    import pickle
-    import zipfile
-
-    from mmsafe.checkpoint.trust import (load_checkpoint_file,
-                                         refused_object,
-                                         trusted_checkpoint_globals)
-    mmap = zipfile.is_zipfile(path)
+def _safe_load(path: str, cfg) -> Tuple[Any, Optional[str], Optional[str]]:
+    """Load with mmsafe's loader; (object, problem, fix of a refusal)."""
+    from mmsafe.checkpoint import (CheckpointFormatError,
+                                   UntrustedCheckpointError,
+                                   load_checkpoint_file,
+                                   trusted_checkpoint_globals)
     try:
         with trusted_checkpoint_globals(cfg=cfg):
-            obj = load_checkpoint_file(path, map_location='cpu', mmap=mmap)
-    except pickle.UnpicklingError as err:
-        refused = refused_object(err)
-        if refused or 'weights_only' in str(err).lower() or \
-                'Weights only load failed' in str(err):
-            return None, (f'torch.load(weights_only=True) refuses it: it '
-                          f'holds the pickled object `{refused or "?"}`'), True
-        return None, f'{type(err).__name__}: {first_line(err)}', False
+            obj = load_checkpoint_file(path, map_location='cpu', mmap=True)
+    except UntrustedCheckpointError as err:
+        return None, _refusal(err), (
+            'Only for a file you trust, and only when the message offers '
+            "it: mmsafe_trusted_globals = ['<module.Name>'] in the config "
+            '(weights_only stays on); otherwise re-save the checkpoint with '
+            'plain data.')
+    except CheckpointFormatError as err:
+        return None, _refusal(err), (
+            'Convert an old or TorchScript checkpoint once, outside '
+            'training (docs/user_guides/training_safety.md#converting-an-'
+            'old-checkpoint), or use another file.')
     except Exception as err:
-        return None, f'{type(err).__name__}: {first_line(err)}', False
-    return obj, None, False
+        return None, f'{type(err).__name__}: {first_line(err)}', None
+    return obj, None, None
+
+
+def _refusal(err: Exception) -> str:
+    """mmsafe's refusal, without its leading "[mmsafe] Refused to load
+    checkpoint '...': " (the row names the file)."""
+    text = str(err)
+    marker = "': "
+    if text.startswith('[mmsafe] Refused to load checkpoint') and \
+            marker in text:
+        text = text.split(marker, 1)[1]
+    return f'{type(err).__name__}: {text}'
 
 
 def _state_dict(obj: Any) -> Optional[dict]:
@@ -103,15 +115,13 @@ def _check_file(path: str, where: str, ctx: PreflightContext,
                        f'(absolute: {osp.abspath(path)}).', where,
                        'Fix the path, or remove it to train from scratch.')
         return
-    obj, problem, refused = _safe_load(path, ctx.cfg)
+    obj, problem, fix = _safe_load(path, ctx.cfg)
     if problem:
-        fix = ("If you trust this file, allow that object explicitly: "
-               "mmsafe_trusted_globals = ['<module.Name>'] in the config "
-               '(weights_only stays on).' if refused else
-               'The file is truncated or not a PyTorch checkpoint; use '
-               'another one (auto-resume picks the newest loadable).')
+        fix = fix or ('The file is truncated or not a PyTorch checkpoint; '
+                      'use another one (auto-resume picks the newest '
+                      'loadable).')
         yield CheckRow('error', NAME, f'{path} does not load safely: '
-                       f'{problem}.', where, fix)
+                       f'{problem}', where, fix)
         return
     if resume and not (isinstance(obj, dict) and 'meta' in obj
                        and 'state_dict' in obj):
@@ -122,7 +132,8 @@ def _check_file(path: str, where: str, ctx: PreflightContext,
         return
     size = osp.getsize(path) / 2**20
     yield CheckRow('ok', NAME, f'{path} loads with weights_only=True '
-                   f'({size:.0f} MiB).', where)
+                   f"(mmsafe's loader: plain data only; {size:.0f} MiB).",
+                   where)
     yield from _key_rows(_state_dict(obj), ctx, where, strict_shapes=resume)
 
 
