@@ -207,7 +207,8 @@ def _blocks(prose):
     blocks, lines = [], []
     previous_blank = False
     for line in prose.split('\n'):
-        starts_item = re.match(r'([-*]|\d+\.) ', line)
+        # a list item or a table row
+        starts_item = re.match(r'([-*]|\d+\.) |\|', line)
         starts_paragraph = previous_blank and line[:1] not in ('', ' ')
         if (starts_item or starts_paragraph) and lines:
             blocks.append('\n'.join(lines))

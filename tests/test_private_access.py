@@ -28,6 +28,8 @@ THIRD_PARTY = {
         "the statistics MMEngine's HistoryBuffer pickles by name (read only)",
     ('mmsafe/compat/torch_features.py', 'multiarray', '_reconstruct'):
         'the NumPy function that pickled arrays name',
+    ('mmsafe/compat/torch_features.py', 'numeric', '_frombuffer'):
+        'the NumPy function that arrays pickled by protocol 5 name',
     ('mmsafe/compat/cpu_grad_scaler.py', 'module',
      '_refresh_per_optimizer_state'):
         "torch's GradScaler per-optimizer state factory (feature-detected)",

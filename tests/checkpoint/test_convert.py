@@ -16,7 +16,6 @@ from mmsafe.checkpoint import (CheckpointFormatError,
 from mmsafe.checkpoint.convert import convert_checkpoint
 from mmsafe.checkpoint.legacy import load_legacy_checkpoint
 from tests.checkpoint.fuzz import runner_like_checkpoint, same_data
-from tests.utils import load_module_from_path, REPO_ROOT
 
 
 def _legacy(obj, path):
@@ -86,9 +85,7 @@ def test_what_needs_trust_is_not_converted(tmp_path):
 
 
 def test_the_command_line(tmp_path, capsys):
-    tool = load_module_from_path(
-        'convert_checkpoint_tool',
-        osp.join(REPO_ROOT, 'tools', 'convert_checkpoint.py'))
+    from mmsafe.tools import convert_checkpoint as tool
     old = _legacy(dict(w=torch.ones(2)), str(tmp_path / 'old.pth'))
     new = str(tmp_path / 'new.pth')
     assert tool.main([old, new]) == 0
