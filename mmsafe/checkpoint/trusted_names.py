@@ -172,14 +172,17 @@ def _resolve_loaded(name: str) -> Any:
 
 def opt_in_hint(name: str) -> str:
     """How (and whether) the object a checkpoint names may be trusted."""
-    never = (f'`{name}` can never be trusted, not even through '
-             f'{TRUSTED_GLOBALS_CFG_KEY} or {TRUSTED_GLOBALS_ENV}: '
-             '{why}. Re-save the checkpoint without it.')
+    def never(why: str) -> str:
+        # the name comes from the file: it is text, never a format string
+        return (f'`{name}` can never be trusted, not even through '
+                f'{TRUSTED_GLOBALS_CFG_KEY} or {TRUSTED_GLOBALS_ENV}: '
+                f'{why}. Re-save the checkpoint without it.')
+
     top = name.split('.', 1)[0]
     if never_trusted(top):
-        return never.format(why=f'it is in `{top}`, whose objects mmsafe '
-                            'never trusts (they can run code, load other '
-                            'files or reach the file system)')
+        return never(f'it is in `{top}`, whose objects mmsafe never '
+                     'trusts (they can run code, load other files or reach '
+                     'the file system)')
     obj = _resolve_loaded(name)
     if obj is None:
         return (f'mmsafe did not import anything to look at `{name}` and '
@@ -188,10 +191,9 @@ def opt_in_hint(name: str) -> str:
                 f'{TRUSTED_GLOBALS_CFG_KEY} in the docs.')
     defining = defining_module(obj)
     if never_trusted(defining):
-        return never.format(why=f'it resolves to an object of `{defining}`, '
-                            'whose objects mmsafe never trusts (they can run '
-                            'code, load other files or reach the file '
-                            'system)')
+        return never(f'it resolves to an object of `{defining}`, whose '
+                     'objects mmsafe never trusts (they can run code, load '
+                     'other files or reach the file system)')
     canonical = own_name(obj)
     if canonical is None:
         return (f'`{name}` is a {type(obj).__name__}, not a class or Python '

@@ -126,6 +126,20 @@ def test_an_alias_in_a_checkpoint_is_refused_and_not_suggested(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize('name', [
+    'os.sys{tem', 'numpy.cor{.multiarray._reconstruct', 'os.{why}',
+    f'{__name__}.os.sys}}tem', 'absent_pkg.{0}'])
+def test_names_with_format_braces_are_refused_as_text(tmp_path, name):
+    """A name in the file is text: braces in it reach the message as they
+    are, never as a format string (a fuzzed file found this)."""
+    module, attr = name.rsplit('.', 1)
+    path = p.write_zip(str(tmp_path / 'braces.pth'), p.in_dict(
+        ('x', p.call(module, attr))))
+    with pytest.raises(UntrustedCheckpointError) as info:
+        load_checkpoint_file(path)
+    assert f'`{name}`' in str(info.value)
+
+
 def test_explain_refusals_names_torchs_own_refusals():
     error = pickle.UnpicklingError(
         'Weights only load failed. Unsupported global: GLOBAL '
