@@ -7,9 +7,11 @@ trains on 32 synthetic pairs; a ``ProgressHook`` slows each iteration a
 little and writes its count, and the test sends SIGTERM to the launcher
 (``tools/train.py``, or ``tools/dist_train.sh`` for 2 gloo ranks) once a
 randomly chosen iteration is reached. The interrupted-and-resumed run must
-end with weights ``torch.equal`` to the uninterrupted run's, on every rank:
-single process and DDP, epoch- and iteration-based loops, with 0 and 2
-loader workers and after the loader probe fell back to 0 workers.
+end with weights ``torch.equal`` to the uninterrupted run's, on every rank.
+Three runs cover the axes between them (each run costs three trainings):
+single process and DDP, epoch- and iteration-based loops, 2 loader workers
+and 0 (after the loader probe fell back to 0 workers); the other tests use
+the single-process epoch run with 0 workers.
 """
 import os
 import os.path as osp
@@ -69,9 +71,12 @@ MODES = {
     'single_epoch': (1, 0, EPOCHS, 32, False),
     'single_iter_workers': (1, 2, ITERS.format(24), 24, False),
     'single_epoch_fallback': (1, 2, EPOCHS, 32, True),
-    'ddp_epoch': (2, 0, EPOCHS, 16, False),
-    'ddp_iter_workers': (2, 2, ITERS.format(12), 12, False),
+    'ddp_epoch_workers': (2, 2, EPOCHS, 16, False),
 }
+#: The runs of the exact-resume test: each axis (processes, loop, workers)
+#: takes both of its values among them.
+EXACT_RESUME_MODES = ('single_epoch_fallback', 'single_iter_workers',
+                      'ddp_epoch_workers')
 
 
 def _config(root, name, mode, delay=0.0, save_wait=0.0, pad_mb=0,
@@ -153,7 +158,7 @@ def _interrupt(root, mode, at, **cfg_args):
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize('mode', sorted(MODES))
+@pytest.mark.parametrize('mode', EXACT_RESUME_MODES)
 def test_sigterm_saves_one_iteration_and_resume_is_exact(
         tmp_path_factory, mode):
     nproc, workers, loop, iterations, fallback = MODES[mode]
@@ -197,9 +202,7 @@ def test_sigterm_saves_one_iteration_and_resume_is_exact(
     assert f'resumed from {path} at ' in resumed.output, resumed
     assert ': exact: the same remaining samples' in resumed.output, resumed
     if workers and not fallback:
-        assert f'({done if "iter" in mode else done % 16 or 16} batches ' \
-            'replayed' in resumed.output or 'batches replayed' in \
-            resumed.output, resumed
+        assert 'batches replayed' in resumed.output, resumed
     got = _dumps(work_dir, nproc)
     assert got[0]['last_iter'] == iterations
     _assert_same_weights(got, uninterrupted(mode), nproc, where)

@@ -23,7 +23,7 @@ from tests.utils import REPO_ROOT, free_port, run_and_signal
 pytestmark = pytest.mark.slow
 
 SLURM_TRAIN = osp.join(REPO_ROOT, 'tools', 'slurm_train.sh')
-MODE = 'ddp_iter_workers'  # 2 tasks, 2 loader workers each
+MODE = 'ddp_epoch_workers'  # 2 tasks, 2 loader workers each
 TIMEOUT = 300
 
 SRUN = f"""#!{sys.executable}
