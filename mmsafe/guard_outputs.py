@@ -297,11 +297,6 @@ class DeclaredOutputs:
         """Every name a guard answers to, sorted."""
         return sorted(self._by_name)
 
-    def declared(self, kind: str) -> List[str]:
-        """Every declared name of ``kind``."""
-        return [name for guard in self.guards
-                for name in getattr(guard.outputs, kind)]
-
     def section_of(self, name: str,
                    moved: Optional[Dict[str, str]] = None) -> str:
         """The report section of an event kind or counter key: its guard's
