@@ -16,10 +16,15 @@ from typing import Any, List, Optional, Tuple
 from mmengine.dist import is_main_process
 
 from mmsafe.events import INFO_PREFIX, log, update_counters, write_event
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from .container import CheckpointArchive
 from .errors import CheckpointFormatError, UntrustedCheckpointError
 from .loader import load_checkpoint_file
+
+guard_outputs = GuardOutputs(
+    Section.RESUMES,
+    events=(Event.RESUME, Event.RESUME_SKIPPED_CHECKPOINT),
+    counters=(Counter.RESUME, ))
 
 
 # --------------------------------------------------------------------------

@@ -10,7 +10,9 @@ import logging
 from typing import List, Sequence, Tuple
 
 from mmsafe.events import log, update_counters
-from mmsafe.guard_outputs import Counter
+from mmsafe.guard_outputs import Counter, GuardOutputs, Section
+
+guard_outputs = GuardOutputs(Section.OTHER, counters=(Counter.PAIRING, ))
 
 MISSING_PAIR_POLICIES = ('error', 'skip')
 #: how many missing files an error or log line names

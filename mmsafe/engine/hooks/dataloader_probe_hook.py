@@ -21,7 +21,7 @@ from mmsafe.datasets.walk import is_paired_dataset
 from mmsafe.dist import get_rank
 from mmsafe.engine.loops import replace_loop_loader
 from mmsafe.engine.rank_channel import share_finding
-from mmsafe.guard_outputs import Counter, Event, Finding
+from mmsafe.guard_outputs import Counter, Event, Finding, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
 
@@ -77,6 +77,13 @@ class DataLoaderProbeHook(Hook):
         paired (bool, optional): whether the data is paired (for
             ``'auto'``); detected from the dataset when None.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.LOADER_FALLBACKS,
+        events=(Event.DATALOADER_PROBE, Event.DATALOADER_FALLBACK,
+                Event.DATALOADER_LEAK, Event.DATALOADER_MEMORY),
+        counters=(Counter.DATALOADER_PROBE, ),
+        findings=(Finding.DATALOADER_FALLBACK, ))
 
     priority = 'VERY_HIGH'
 

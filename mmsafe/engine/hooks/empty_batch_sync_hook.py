@@ -14,7 +14,8 @@ from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding, Sync
+from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+                                  Section, Sync)
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
 # The monitor-sync name of this hook, and the skip reason it gives the
@@ -93,6 +94,13 @@ class EmptyBatchSyncHook(Hook):
             step, not only on empty batches (for models that drop
             parameters on other inputs too). Defaults to False.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.EMPTY_BATCHES,
+        events=(Event.EMPTY_BATCH, ),
+        counters=(Counter.EMPTY_BATCH, ),
+        findings=(Finding.EMPTY_BATCH, ),
+        sync=(Sync.EMPTY_BATCH, ))
 
     priority = 'NORMAL'
 

@@ -9,7 +9,7 @@ from mmdet.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from mmsafe.events import log, log_once, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
@@ -82,6 +82,12 @@ class EvalCoverageHook(Hook):
         warn_identical (bool): Warn when all metrics equal the previous
             validation's. Defaults to True.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.EVAL_COVERAGE,
+        events=(Event.EVAL_COVERAGE, Event.EVAL_COVERAGE_ERROR,
+                Event.EVAL_IDENTICAL),
+        counters=(Counter.EVAL_COVERAGE, ))
 
     priority = 'NORMAL'
 

@@ -17,7 +17,7 @@ from mmdet.registry import HOOKS
 from mmsafe.engine.first_batch_stats import (PairAlignment, analyse_batch,
                                              visualize_pairs)
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 
 
@@ -90,6 +90,11 @@ class FirstBatchStatsHook(Hook):
             images, median over a pair's boxes) above which a pair is
             flagged. Defaults to 8.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        events=(Event.FIRST_BATCH_STATS, Event.FIRST_BATCH_FLAG),
+        counters=(Counter.FIRST_BATCH_STATS, ))
 
     priority = 'NORMAL'
 

@@ -10,6 +10,7 @@ from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter,
                                          Heartbeat, WatchdogThread)
 from mmsafe.engine.hang_watchdog import heartbeat as ph
 from mmsafe.engine.hang_watchdog.marks import PhaseMarks
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 
 
 @HOOKS.register_module()
@@ -68,6 +69,11 @@ class HangWatchdogHook(Hook):
         native_backstop (bool): arm ``faulthandler`` as described above.
             Defaults to True.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.WATCHDOG_EVENTS,
+        events=(Event.HANG, Event.HANG_ABORT),
+        counters=(Counter.HANG_WATCHDOG, ))
 
     priority = 'LOWEST'  # runs last: its marks name what comes next
 

@@ -13,7 +13,8 @@ from mmsafe.engine.loss_dict_lint.weight_probe import probe_loss_weights
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding, Sync
+from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+                                  Section, Sync)
 from mmsafe.events import log, update_counters, write_event
 
 _FINDINGS = Sync.LOSS_DICT_FINDINGS
@@ -69,6 +70,13 @@ class LossDictLintHook(Hook):
         max_subset_keys (int): Above this many non-zero loss entries only
             pairs and the full sum are tried numerically. Defaults to 12.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        events=(Event.LOSS_DICT_LINT, ),
+        counters=(Counter.LOSS_DICT_LINT, ),
+        findings=(Finding.LOSS_DICT_LINT, ),
+        sync=(Sync.LOSS_DICT_FINDINGS, ))
 
     priority = 'NORMAL'
 

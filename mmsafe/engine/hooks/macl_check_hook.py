@@ -14,7 +14,8 @@ from mmsafe.engine.macl_check.verdicts import MACLVerdicts
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import batch_file_names, log_once, update_scalar
-from mmsafe.guard_outputs import Scalar, Sync
+from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+                                  Scalar, Section, Sync)
 
 _POLICIES = ('warn', 'raise')
 # Values every rank posts to the monitor sync (declared in before_run).
@@ -93,6 +94,15 @@ class MACLCheckHook(Hook):
             once, so the hook can sit in a shared runtime config. Defaults
             to False.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.MACL_CHECK,
+        events=(Event.MACL_PRESENCE_LOCAL, Event.MACL_PRESENCE,
+                Event.MACL_CHANCE, Event.MACL_CONTROL),
+        counters=(Counter.MACL_CHECK, ),
+        scalars=(Scalar.MACL_CHANCE_RATIO, ),
+        findings=(Finding.MACL_PROBLEM, ),
+        sync=(Sync.MACL_CHECK, ))
 
     priority = 'NORMAL'
 

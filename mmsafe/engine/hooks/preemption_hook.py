@@ -16,7 +16,7 @@ from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event, Sync
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -106,6 +106,12 @@ class PreemptionHook(Hook):
         exit_code (int): the process's exit code after the checkpoint is
             saved (default 75, ``EX_TEMPFAIL``).
     """
+
+    guard_outputs = GuardOutputs(
+        Section.PREEMPTION,
+        events=(Event.PREEMPTED, ),
+        counters=(Counter.PREEMPTION, ),
+        sync=(Sync.PREEMPTION_REQUEST, ))
 
     priority = 'LOWEST'  # after every other hook of the iteration
 

@@ -15,7 +15,7 @@ from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding
+from mmsafe.guard_outputs import Counter, Event, Finding, GuardOutputs, Section
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
 
@@ -95,6 +95,12 @@ class RankFaultHook(Hook):
             ``'raise'`` also stops the run on that rank (the other ranks
             then stop within seconds, naming it).
     """
+
+    guard_outputs = GuardOutputs(
+        Section.RANK_FAULTS,
+        events=(Event.RANK_FAULT_LOSS_TERMS, ),
+        counters=(Counter.RANK_FAULTS, ),
+        findings=(Finding.RANK_FAULT_LOSS_TERMS, ))
 
     # after_train_iter runs before the other hooks' (their monitoring
     # sync must not meet a rank whose gradient reduction is unfinished)

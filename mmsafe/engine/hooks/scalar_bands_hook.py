@@ -15,7 +15,7 @@ from mmsafe.dist import (all_gather_object, all_reduce_sum,
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.runner import StopTraining
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event, Sync
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 
 STOP_VOTE = Sync.BAND_STOP
@@ -147,6 +147,12 @@ class ScalarBandsHook(Hook):
             ``dict(key='grad_norm', max=20, action='warn', patience=3)``.
         save_checkpoint (bool): Save a checkpoint on stop. Defaults to True.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        events=(Event.BAND_VIOLATION, Event.BAND_STOP),
+        counters=(Counter.SCALAR_BANDS, ),
+        sync=(Sync.BAND_STOP, ))
 
     priority = 'NORMAL'
 

@@ -35,7 +35,7 @@ from torch.optim import Optimizer
 from mmdet.registry import OPTIM_WRAPPERS
 from mmsafe.dist import current_iter
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Scalar
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Scalar, Section
 from mmsafe.events import batch_file_names, update_counters, update_scalar
 from .grad_norm import clip_per_module, parse_module_rules, total_norm
 from .skip_report import (NONFINITE_GRAD, ZERO_GRAD, plain, record_skip,
@@ -105,6 +105,14 @@ class NaNSkipOptimWrapper(OptimWrapper):
         skip_zero_grad (bool): skip a step whose global gradient norm is
             exactly 0 (reason ``zero_grad``). Defaults to True.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.SKIPPED_STEPS,
+        events=(Event.STEP_SKIP, ),
+        counters=(Counter.STEP_GUARD, ),
+        scalars=(Scalar.GRAD_NORM, Scalar.GRAD_NORM_OF_RULE,
+                 Scalar.SKIPPED_STEPS, Scalar.NAN_SKIPS,
+                 Scalar.CONSECUTIVE_SKIPS, Scalar.AMP_OVERFLOWS))
 
     def __init__(self,
                  optimizer: Optimizer,

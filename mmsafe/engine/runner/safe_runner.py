@@ -42,7 +42,7 @@ from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE, RankChannel,
                                         failed_party, failure_place)
 from mmsafe.engine.resume_state import plan_resume
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Event
+from mmsafe.guard_outputs import Event, GuardOutputs, Section
 from mmsafe.events import log, write_event
 from .cpu_dist import cuda_usable, init_cpu_process_group, with_default_timeout
 from .errors import PeerRankFailedError, is_communication_error
@@ -117,6 +117,10 @@ class SafeRunner(Runner):
 
     Arguments are those of :class:`mmengine.runner.Runner`.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.RANK_FAULTS,
+        events=(Event.RANK_FAILED, ))
 
     def __init__(self, *args, **kwargs) -> None:
         self.monitor_sync = MonitorSync()

@@ -14,7 +14,7 @@ from mmdet.registry import MODELS
 from mmdet.utils import OptMultiConfig
 
 from mmsafe.events import log, update_counters
-from mmsafe.guard_outputs import Counter
+from mmsafe.guard_outputs import Counter, GuardOutputs, Section
 from ..layers.contrastive import (contrastive_logs, pair_gap,
                                   symmetric_info_nce)
 from ..layers.gather import gather_rows
@@ -84,6 +84,8 @@ class MACLHead(BaseModule):
         loss_weight (float): Weight of the loss. Defaults to 0.1.
         init_cfg (dict, optional): Initialisation config.
     """
+
+    guard_outputs = GuardOutputs(Section.MACL_CHECK, counters=(Counter.MACL, ))
 
     def __init__(self,
                  in_dim: int = 256,
