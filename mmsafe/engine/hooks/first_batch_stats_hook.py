@@ -49,13 +49,13 @@ class FirstBatchStatsHook(Hook):
 
     Pair alignment (``alignment=True``): the first ``alignment_pairs``
     pairs, as the pipeline delivers them, are measured with
-    :func:`mmsafe.tools_lib.pair_alignment.measure_alignment`. A pair whose
+    :func:`mmsafe.analysis.pair_alignment.measure_alignment`. A pair whose
     infrared image matches its partner mirrored (``pair_mirrored``) or
     shifted (``pair_shifted``) is a warning naming both files; when hardly
     any of those pairs matches at all, the partners are from other frames
     (``pair_unrelated``). It costs a few milliseconds per pair. The same
     pairs' boxes (``gt_instances.bboxes``) are measured one by one
-    (:mod:`mmsafe.tools_lib.object_offsets`): a pair whose people are
+    (:mod:`mmsafe.analysis.object_offsets`): a pair whose people are
     offset between visible and infrared by more than ``max_offset``
     pixels (median over its boxes, original resolution) is a
     ``pair_objects_offset`` warning (an infrared partner from another

@@ -108,8 +108,8 @@ def box_verdict(visible: np.ndarray, infrared: np.ndarray,
         strong_corr (float): a match at least this strong counts wherever
             it lands (on real LLVIP night pairs, matches of the background
             alone reached 0.80 with the people gone).
-        **kwargs: :func:`mmsafe.tools_lib.box_matching.box_match`'s
-            arguments, and :func:`mmsafe.tools_lib.box_presence.
+        **kwargs: :func:`mmsafe.analysis.box_matching.box_match`'s
+            arguments, and :func:`mmsafe.analysis.box_presence.
             infrared_presence`'s with a ``presence_`` prefix.
 
     Returns:

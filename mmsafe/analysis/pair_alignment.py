@@ -295,7 +295,7 @@ def flagged_records(records: List[Dict]) -> List[Dict]:
 def benchmark(size: Tuple[int, int] = (1280, 1024), pairs: int = 50) -> Dict:
     """Pairs per second of :func:`measure_alignment` on one thread, on
     synthetic LLVIP-like pairs of ``size`` (decoded images; decoding the
-    files is not counted). ``python -m mmsafe.tools_lib.pair_alignment``
+    files is not counted). ``python -m mmsafe.analysis.pair_alignment``
     prints it."""
     import time
     from mmsafe.datasets.synthetic_llvip import render_pair, synthetic_params

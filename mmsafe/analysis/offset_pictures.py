@@ -66,7 +66,7 @@ def draw_offsets(canvas: np.ndarray, result: Optional[Dict],
                  width: int, gap: int, scale_factor=None,
                  flip_direction: Optional[str] = None) -> np.ndarray:
     """Write each box's verdict on the infrared half of a ``visible |
-    infrared`` canvas (:func:`mmsafe.tools_lib.pair_vis.draw_pair`): its
+    infrared`` canvas (:func:`mmsafe.analysis.pair_vis.draw_pair`): its
     short label (``match 3px``, ``warm 2.4``, ``outline 3.1``, ``empty
     0.2``, ``? small``, ...) under the box, red where the box disagrees
     with what the infrared image shows, cyan where it agrees, grey without
@@ -75,7 +75,7 @@ def draw_offsets(canvas: np.ndarray, result: Optional[Dict],
 
     Args:
         canvas: the drawn pair (changed in place and returned).
-        result: a :func:`mmsafe.tools_lib.object_offsets.pair_offsets`
+        result: a :func:`mmsafe.analysis.object_offsets.pair_offsets`
             result of the same boxes.
         width (int): width of the visible half; ``gap``: pixels between.
         scale_factor, flip_direction: the sample's, to turn the offsets
