@@ -211,10 +211,8 @@ class PreemptionHook(Hook):
             if (self._sync.sync(runner) and self._decided_at is None
                     and self._sync.last(REQUEST) > 0):
                 self._decided_at = runner.iter + 1
-                self._requested_by = self._sync.last_ranks(REQUEST)
         elif self._received and self._decided_at is None:
             self._decided_at = runner.iter + 1
-            self._requested_by = [0]
         if self._decided_at is None or not _optimizer_stepped(runner):
             return
         if self.is_last_train_iter(runner):
