@@ -52,6 +52,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mmsafe.errors import MMSafeValueError
 from .box_matching import box_match
 from . import box_presence
 from .box_presence import PRESENT, infrared_presence
@@ -226,8 +227,9 @@ def pair_offsets(visible,
     """
     vis, ir = hwc_view(visible), hwc_view(infrared)
     if vis.shape[:2] != ir.shape[:2]:
-        raise ValueError(f'pair_offsets: visible {vis.shape} and infrared '
-                         f'{ir.shape} differ in size')
+        raise MMSafeValueError(
+            f'pair_offsets: visible {vis.shape} and infrared '
+            f'{ir.shape} differ in size')
     rows = []
     for box in _boxes(boxes):
         r = box_verdict(vis, ir, box, **kwargs)

@@ -5,6 +5,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from mmsafe.errors import MMSafeOSError
 from .pair_vis import put_label
 
 AGREES = (255, 255, 0)  # BGR: cyan, the box agrees with its content
@@ -58,7 +59,7 @@ def write_histogram(path: str, ds: Sequence[float],
                     max_offset: float = 8.0) -> str:
     """Write :func:`histogram_image` as a PNG at ``path``."""
     if not cv2.imwrite(path, histogram_image(ds, max_offset)):
-        raise OSError(f'could not write {path}')
+        raise MMSafeOSError(f'could not write {path}')
     return path
 
 

@@ -21,6 +21,7 @@ from mmsafe.datasets.walk import is_paired_dataset
 from mmsafe.dist import get_rank
 from mmsafe.engine.loops import replace_loop_loader
 from mmsafe.engine.rank_channel import share_finding
+from mmsafe.errors import MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
@@ -96,7 +97,7 @@ class DataLoaderProbeHook(Hook):
                  policy: Optional[str] = None) -> None:
         if policy is not None:
             if probe != 'auto':
-                raise ValueError(
+                raise MMSafeValueError(
                     f'DataLoaderProbeHook: probe={probe!r} and policy='
                     f'{policy!r} given; policy is the former name of '
                     'probe: give probe only')
@@ -106,14 +107,15 @@ class DataLoaderProbeHook(Hook):
                 f'{PROBE_MODES}).', logging.WARNING)
             probe = policy
         if probe not in PROBE_MODES:
-            raise ValueError(f'DataLoaderProbeHook: probe must be one of '
-                             f'{PROBE_MODES}, got {probe!r}')
+            raise MMSafeValueError(
+                f'DataLoaderProbeHook: probe must be one of '
+                f'{PROBE_MODES}, got {probe!r}')
         if timeout <= 0:
-            raise ValueError('DataLoaderProbeHook: timeout must be > 0')
+            raise MMSafeValueError('DataLoaderProbeHook: timeout must be > 0')
         unknown = set(loaders) - {'train', 'val', 'test'}
         if unknown:
-            raise ValueError(f'DataLoaderProbeHook: unknown loaders '
-                             f'{sorted(unknown)}')
+            raise MMSafeValueError(f'DataLoaderProbeHook: unknown loaders '
+                                   f'{sorted(unknown)}')
         self.probe = probe
         self.timeout = float(timeout)
         self.loaders = tuple(loaders)

@@ -17,6 +17,7 @@ from mmdet.registry import HOOKS
 from mmsafe.engine.first_batch_stats import (PairAlignment, analyse_batch,
                                              visualize_pairs)
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event
 from mmsafe.events import log, update_counters, write_event
 
@@ -104,10 +105,11 @@ class FirstBatchStatsHook(Hook):
                  alignment_pairs: int = 16,
                  max_offset: float = 8.0) -> None:
         if on_fault not in ('warn', 'raise'):
-            raise ValueError(f"on_fault must be 'warn' or 'raise', got "
-                             f'{on_fault!r}')
+            raise MMSafeValueError(f"on_fault must be 'warn' or 'raise', got "
+                                   f'{on_fault!r}')
         if loaded_channel_order not in ('bgr', 'rgb'):
-            raise ValueError("loaded_channel_order must be 'bgr' or 'rgb'")
+            raise MMSafeValueError(
+                "loaded_channel_order must be 'bgr' or 'rgb'")
         self.num_batches = int(num_batches)
         self.max_vis = int(max_vis)
         self.on_fault = on_fault
@@ -196,7 +198,7 @@ class FirstBatchStatsHook(Hook):
         if self._seen >= self.num_batches:
             self._remove()
         if captured['flags'] and self.on_fault == 'raise':
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 'FirstBatchStatsHook: broken inputs in the first batch: ' +
                 '; '.join(f['message'] for f in captured['flags']) +
                 " (on_fault='warn' only logs them)")
@@ -236,7 +238,7 @@ class FirstBatchStatsHook(Hook):
     def _report_pair_flags(self, runner, flags: List[dict]) -> None:
         self._emit_flags(runner, flags)
         if flags and self.on_fault == 'raise':
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 'FirstBatchStatsHook: misaligned pairs: ' +
                 '; '.join(f['message'] for f in flags) +
                 " (on_fault='warn' only logs them)")

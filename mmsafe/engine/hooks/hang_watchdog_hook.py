@@ -10,6 +10,7 @@ from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter,
                                          Heartbeat, WatchdogThread)
 from mmsafe.engine.hang_watchdog import heartbeat as ph
 from mmsafe.engine.hang_watchdog.marks import PhaseMarks
+from mmsafe.errors import MMSafeValueError
 
 
 @HOOKS.register_module()
@@ -83,7 +84,7 @@ class HangWatchdogHook(Hook):
                             ('first_iter_timeout', first_iter_timeout),
                             ('val_timeout', val_timeout)):
             if value <= 0:
-                raise ValueError(f'HangWatchdogHook: {name} must be > 0')
+                raise MMSafeValueError(f'HangWatchdogHook: {name} must be > 0')
         self.timeout = float(timeout)
         self.first_iter_timeout = float(first_iter_timeout)
         self.val_timeout = float(val_timeout)

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from mmsafe.datasets.walk import leaf_datasets, resolve_index
+from mmsafe.errors import MMSafeOSError
 from .checks import (ERROR, WARNING, check_packed, check_raw, class_names,
                      issue, unpack_result)
 from .coordinates import coordinate_findings
@@ -161,7 +162,7 @@ class PairAuditDataset(Dataset):
                          else None)
         path = osp.join(self.show_dir, f'{prefix}{idx:06d}_{stem}.png')
         if not cv2.imwrite(path, canvas):
-            raise OSError(f'could not write {path}')
+            raise MMSafeOSError(f'could not write {path}')
         return path
 
 
