@@ -8,7 +8,9 @@ package ``pkg`` (its ``__init__``, which Python runs first), and at the
 module ``pkg.name`` too when ``name`` is one. A cycle, even one that a
 function-level import makes work at run time, ties the modules on it
 together: each import order has to be thought through again when one of
-them changes.
+them changes. The analysis that training hooks and the tools share
+(``mmsafe.analysis``) sits below both: it reaches neither, not even
+through other modules.
 """
 import ast
 from pathlib import Path
