@@ -15,6 +15,7 @@ from typing import Any, List, Optional, Tuple
 
 from mmengine.dist import is_main_process
 
+from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.events import INFO_PREFIX, log, update_counters, write_event
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from .container import CheckpointArchive
@@ -113,10 +114,10 @@ def find_latest_loadable_checkpoint(path: str) -> Optional[str]:
                 _report_skipped(path, skipped, candidate)
             return candidate
         skipped.append((candidate, problem))
-    raise RuntimeError(
+    raise MMSafeRuntimeError(
         '[mmsafe] Cannot resume: no checkpoint in '
         f'{directory} loads: ' + '; '.join(f'{p}: {why}'
-                                           for p, why in skipped))
+                                                 for p, why in skipped))
 
 
 def _report_skipped(work_dir: str, skipped: List[Tuple[str, str]],

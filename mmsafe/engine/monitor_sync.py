@@ -46,6 +46,7 @@ import zlib
 from typing import Dict, List, Optional, Sequence
 
 from mmsafe.dist import all_reduce_sum, get_rank, get_world_size, is_distributed
+from mmsafe.errors import MMSafeKeyError, MMSafeRuntimeError
 
 #: Capacity of the sync vector. The collective has a fixed size so that
 #: ranks which disagree on names still meet in the same all-reduce (and then
@@ -104,7 +105,7 @@ class MonitorSync:
         if name in self._names:
             return
         if len(self._names) >= MAX_NAMES:
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 f'[mmsafe] MonitorSync holds at most {MAX_NAMES} names; '
                 f'cannot declare {name!r}. Known: {self._names}')
         self._names = sorted(self._names + [name])
@@ -118,7 +119,7 @@ class MonitorSync:
                 reads a device tensor).
         """
         if name not in self._names:
-            raise KeyError(
+            raise MMSafeKeyError(
                 f'[mmsafe] MonitorSync: {name!r} was not declared; declare '
                 'it in the hook\'s before_run so that every rank knows it')
         self._values[name] = self._values.get(name, 0.0) + float(value)
@@ -197,7 +198,7 @@ class MonitorSync:
         self.num_syncs += 1
         if (reduced[0] != world_size * vector[0]
                 or reduced[1] != world_size * vector[1]):
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 '[mmsafe] MonitorSync: ranks declared different value names '
                 f'(rank {get_rank()} knows {names}). Every rank must build '
                 'the same mmsafe hooks from the same config.')

@@ -14,6 +14,7 @@ from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.errors import MMSafeValueError
 from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
                                   Section, Sync)
 from mmsafe.events import batch_file_names, log, update_counters, write_event
@@ -129,7 +130,7 @@ class EmptyBatchSyncHook(Hook):
         """Hook the model's forward; check the opt-in's requirement."""
         if self.skip_all_empty and not isinstance(runner.optim_wrapper,
                                                   NaNSkipOptimWrapper):
-            raise ValueError(
+            raise MMSafeValueError(
                 '[mmsafe] EmptyBatchSyncHook(skip_all_empty=True) needs '
                 "optim_wrapper=dict(type='NaNSkipOptimWrapper', ...) (or "
                 "'AmpNaNSkipOptimWrapper'), which can skip a step; got "

@@ -9,6 +9,7 @@ from mmdet.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from mmsafe.events import log, log_once, update_counters, write_event
 
@@ -96,8 +97,8 @@ class EvalCoverageHook(Hook):
                  check_test: bool = True,
                  warn_identical: bool = True) -> None:
         if policy not in _POLICIES:
-            raise ValueError(f'EvalCoverageHook.policy must be one of '
-                             f'{_POLICIES}, got {policy!r}')
+            raise MMSafeValueError(f'EvalCoverageHook.policy must be one of '
+                                   f'{_POLICIES}, got {policy!r}')
         self.policy = policy
         self.check_test = check_test
         self.warn_identical = warn_identical
@@ -210,7 +211,7 @@ class EvalCoverageHook(Hook):
                         stage=stage, problems=problems,
                         iter=train_progress(runner)[1])
             if self.policy == 'raise':
-                raise RuntimeError(
+                raise MMSafeRuntimeError(
                     f'[mmsafe] (rank {get_rank()}) {message}. Set '
                     "EvalCoverageHook's policy='warn' to log instead.")
             log(message, logging.ERROR)

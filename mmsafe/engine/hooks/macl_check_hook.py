@@ -13,6 +13,7 @@ from mmsafe.engine.macl_check.signals import (PROBLEMS, HeadReach,
 from mmsafe.engine.macl_check.verdicts import MACLVerdicts
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.errors import MMSafeValueError
 from mmsafe.events import batch_file_names, log_once, update_scalar
 from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
                                   Scalar, Section, Sync)
@@ -121,8 +122,8 @@ class MACLCheckHook(Hook):
                  constant_iters: int = 20,
                  required: bool = False) -> None:
         if policy not in _POLICIES:
-            raise ValueError(f'MACLCheckHook.policy must be one of '
-                             f'{_POLICIES}, got {policy!r}')
+            raise MMSafeValueError(f'MACLCheckHook.policy must be one of '
+                                   f'{_POLICIES}, got {policy!r}')
         self.loss_key = loss_key
         self.policy = policy
         self.head_path = head

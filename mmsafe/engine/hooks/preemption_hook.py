@@ -16,6 +16,7 @@ from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
+from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
@@ -217,10 +218,8 @@ class PreemptionHook(Hook):
             if (self._sync.sync(runner) and self._decided_at is None
                     and self._sync.last(REQUEST) > 0):
                 self._decided_at = runner.iter + 1
-                self._requested_by = self._sync.last_ranks(REQUEST)
         elif self._received and self._decided_at is None:
             self._decided_at = runner.iter + 1
-            self._requested_by = [0]
         if self._decided_at is None or not _optimizer_stepped(runner):
             return
         if self.is_last_train_iter(runner):
@@ -244,7 +243,7 @@ class PreemptionHook(Hook):
                     buffers=rank_buffers(runner.model) if get_rank() else {})
         states = all_gather_object(mine)
         if {s['iter'] for s in states} != {done}:
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 '[mmsafe] PreemptionHook: ranks stopped at different '
                 'iterations: ' + ', '.join(
                     f"rank {s['rank']}: {s['iter']}" for s in states))

@@ -15,6 +15,7 @@ from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event, Finding, GuardOutputs, Section
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
@@ -108,8 +109,8 @@ class RankFaultHook(Hook):
 
     def __init__(self, policy: str = 'warn') -> None:
         if policy not in _POLICIES:
-            raise ValueError(f'RankFaultHook.policy must be one of '
-                             f'{_POLICIES}, got {policy!r}')
+            raise MMSafeValueError(f'RankFaultHook.policy must be one of '
+                                   f'{_POLICIES}, got {policy!r}')
         self.policy = policy
         self.watch = LossTermWatch()
         self._handle = None
@@ -215,8 +216,8 @@ class RankFaultHook(Hook):
         share_finding(Finding.RANK_FAULT_LOSS_TERMS, message, level, it)
         if self.policy == 'raise' and (change['missing']
                                        or change['detached']):
-            raise RuntimeError(f'[mmsafe] {message}\nSet RankFaultHook '
-                               "policy='warn' to only report this.")
+            raise MMSafeRuntimeError(f'[mmsafe] {message}\nSet RankFaultHook '
+                                     "policy='warn' to only report this.")
 
     def _describe(self, change: Dict, rank: int, files: List[str]) -> str:
         watch, it = self.watch, change['iter']

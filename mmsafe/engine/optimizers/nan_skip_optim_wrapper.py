@@ -35,6 +35,7 @@ from torch.optim import Optimizer
 from mmdet.registry import OPTIM_WRAPPERS
 from mmsafe.dist import current_iter
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.errors import MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Scalar, Section
 from mmsafe.events import batch_file_names, update_counters, update_scalar
 from .grad_norm import clip_per_module, parse_module_rules, total_norm
@@ -126,8 +127,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
                          accumulative_counts=accumulative_counts,
                          clip_grad=clip_grad)
         if max_consecutive_skips < 0:
-            raise ValueError('max_consecutive_skips must be >= 0, got '
-                             f'{max_consecutive_skips}')
+            raise MMSafeValueError('max_consecutive_skips must be >= 0, got '
+                                   f'{max_consecutive_skips}')
         self.max_consecutive_skips = max_consecutive_skips
         self.log_all_ranks = log_all_ranks
         self.clip_grad_per_module = parse_module_rules(clip_grad_per_module)

@@ -14,6 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as torch_dist
 
+from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.events import log, log_once
 
 #: ``env_cfg.dist_cfg.timeout`` (seconds) of a distributed run whose config
@@ -78,7 +79,7 @@ def init_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     cfg = dict(dist_cfg)
     backend = _cpu_backend(cfg.pop('backend', None))
     if cfg.pop('init_backend', 'torch') != 'torch':
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             '[mmsafe] distributed training on CPU supports '
             "env_cfg.dist_cfg.init_backend='torch' only.")
     timeout = cfg.pop('timeout', None)
@@ -88,7 +89,7 @@ def init_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     if launcher == 'slurm':
         _slurm_env(port)
     elif launcher != 'pytorch':
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             f'[mmsafe] --launcher {launcher} needs CUDA in MMEngine. On a '
             'machine without a GPU use `torchrun --nproc_per_node=N '
             'tools/train.py CONFIG --launcher pytorch` (or slurm).')

@@ -5,6 +5,7 @@ import contextlib
 from typing import Iterator, Optional
 
 from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, end_process_after
+from mmsafe.errors import MMSafeError
 
 #: Exit code of a process whose run a stop signal ended after saving its
 #: checkpoint (``EX_TEMPFAIL``: "try again later"); a cluster script
@@ -12,7 +13,7 @@ from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, end_process_after
 PREEMPTED_EXIT_CODE = 75
 
 
-class StopTraining(Exception):
+class StopTraining(MMSafeError):
     """Raised by a hook (on every rank, at the same iteration) to end
     training now.
 
