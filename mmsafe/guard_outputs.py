@@ -40,14 +40,17 @@ defining the attribute on its registered class; nothing else is called.
 guard declares (:func:`owner_of`; the monitor sync itself takes any name,
 tests/test_guard_outputs.py checks that the guards post declared ones).
 
-This module imports nothing from mmsafe, so every part of mmsafe can import
-it; MMEngine's registry is imported when the table is first collected.
+This module imports nothing from mmsafe but :mod:`mmsafe.errors` (which
+imports nothing from mmsafe), so every part of mmsafe can import it;
+MMEngine's registry is imported when the table is first collected.
 """
 import fnmatch
 import sys
 from dataclasses import dataclass
 from typing import (Any, Dict, Iterator, List, Optional, Sequence,
                     Tuple)
+
+from mmsafe.errors import MMSafeValueError
 
 
 class Section:
@@ -216,12 +219,12 @@ class Guard:
     aliases: Tuple[str, ...] = ()
 
 
-class UndeclaredOutputError(ValueError):
+class UndeclaredOutputError(MMSafeValueError):
     """A guard emitted an event, counter, scalar or finding that no guard
     declares."""
 
 
-class UnknownGuardError(ValueError):
+class UnknownGuardError(MMSafeValueError):
     """A name that is no registered guard with declared outputs."""
 
 
@@ -248,7 +251,7 @@ class DeclaredOutputs:
             for name in (guard.name, ) + guard.aliases:
                 other = self._by_name.setdefault(name, guard)
                 if other is not guard:
-                    raise ValueError(
+                    raise MMSafeValueError(
                         f'[mmsafe] two guards answer to {name!r}: '
                         f'{_where(other.emitter)} and {_where(guard.emitter)}')
         for kind in KINDS:
@@ -257,7 +260,7 @@ class DeclaredOutputs:
                 for name in getattr(guard.outputs, kind):
                     other = seen.setdefault(name, guard)
                     if other is not guard:
-                        raise ValueError(
+                        raise MMSafeValueError(
                             f'[mmsafe] {kind[:-1]} {name!r} is declared by '
                             f'{other.name} ({_where(other.emitter)}) and by '
                             f'{guard.name} ({_where(guard.emitter)})')
