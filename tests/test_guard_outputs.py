@@ -39,6 +39,9 @@ EMITTERS = {'write_event': (1, 'events'), 'update_counters': (0, 'counters'),
             'share_finding': (0, 'findings')}
 # methods of the monitor sync that name a value
 SYNC_METHODS = ('declare', 'post')
+# where the emitters are defined or forward the name their caller gives
+FORWARDERS = ('mmsafe/events.py', 'mmsafe/guard_outputs.py',
+              'mmsafe/engine/run_context.py')
 
 # mmsafe's guards, by the name a config (or SafetyReportHook's
 # ``sections``) writes
@@ -147,6 +150,12 @@ def emissions(source: str, path: str):
             arg = node.args[index] if len(node.args) > index else None
             found.append((node.lineno, func.id, kind,
                           None if arg is None else _constant_of(arg, bound)))
+        elif isinstance(func, ast.Attribute) and func.attr == 'write' \
+                and ast.unparse(func.value).endswith('events'):
+            # the run context's event sink (mmsafe.engine.run_context)
+            arg = node.args[0] if node.args else None
+            found.append((node.lineno, 'events.write', 'events',
+                          None if arg is None else _constant_of(arg, bound)))
         elif isinstance(func, ast.Attribute) and \
                 func.attr == 'update_scalar':
             found.append((node.lineno, 'hub.update_scalar', 'scalars', None))
@@ -168,7 +177,7 @@ def test_every_emission_in_mmsafe_names_a_declared_constant():
     table = go.collect()
     bad, calls = [], 0
     for path, source in _sources():
-        if path in ('mmsafe/events.py', 'mmsafe/guard_outputs.py'):
+        if path in FORWARDERS:
             continue
         for line, func, kind, constant in emissions(source, path):
             calls += 1
@@ -205,11 +214,22 @@ def test_the_scan_catches_a_spelled_out_or_undeclared_output():
     assert table.owner('events', 'not_declared') is None
 
 
+def test_the_scan_sees_the_run_contexts_event_sink():
+    source = ('def f(runner, context, file):\n'
+              '    run_context(runner).events.write(Event.RANK_FAILED)\n'
+              "    context.events.write('rank_failed', rank=1)\n"
+              "    file.write('not an event')\n")
+    assert [(func, kind, constant)
+            for _, func, kind, constant in emissions(source, 'x.py')] == [
+        ('events.write', 'events', 'Event.RANK_FAILED'),
+        ('events.write', 'events', None)]
+
+
 def test_every_constant_is_declared_by_one_guard_and_emitted():
     table = go.collect()
     guards = _mmsafe_guards(table)
     emitted = {constant for path, source in _sources()
-               if path not in ('mmsafe/events.py', 'mmsafe/guard_outputs.py')
+               if path not in FORWARDERS
                for _, _, _, constant in emissions(source, path)}
     sections = set(go.SECTION_ORDER) | {go.Section.OTHER}
     for guard in guards:

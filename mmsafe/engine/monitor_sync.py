@@ -46,6 +46,7 @@ import zlib
 from typing import Dict, List, Optional, Sequence
 
 from mmsafe.dist import all_reduce_sum, get_rank, get_world_size, is_distributed
+from mmsafe.engine.run_context import run_context
 from mmsafe.errors import MMSafeKeyError, MMSafeRuntimeError
 
 #: Capacity of the sync vector. The collective has a fixed size so that
@@ -78,8 +79,8 @@ class MonitorSync:
     """Store of the monitoring values that mmsafe hooks post,
     summed over ranks at the log interval in one collective.
 
-    :class:`~mmsafe.engine.runner.SafeRunner` owns one for all of mmsafe's
-    hooks (:func:`monitor_sync_of`). See the module docstring for the
+    :class:`~mmsafe.engine.runner.SafeRunner` puts one in the run context
+    for all of mmsafe's hooks (:func:`monitor_sync_of`). See the module docstring for the
     rules.
 
     Args:
@@ -236,19 +237,21 @@ class MonitorSync:
 def monitor_sync_of(runner) -> MonitorSync:
     """The :class:`MonitorSync` a hook posts to during ``runner``'s run.
 
+    It is the ``monitor_sync`` of the run's context
+    (:func:`~mmsafe.engine.run_context.run_context`):
     :class:`~mmsafe.engine.runner.SafeRunner` (``runner_type='SafeRunner'``,
-    set by ``configs/_base_/safety_runtime.py``) owns one that all of
+    set by ``configs/_base_/safety_runtime.py``) puts one there that all of
     mmsafe's hooks share: under DDP their values travel in one all-reduce
-    per log interval. Any other runner has none; then each calling hook
-    gets a new instance of its own (call this once, in ``before_run``, and
-    keep the result): the values travel in one all-reduce per hook and log
-    interval.
+    per log interval. Under any other runner the context has none; then
+    each calling hook gets a new instance of its own (call this once, in
+    ``before_run``, and keep the result): the values travel in one
+    all-reduce per hook and log interval.
 
     Args:
         runner: the runner the hook is registered in.
 
     Returns:
-        MonitorSync: the runner's instance, or a new one for the caller.
+        MonitorSync: the run's instance, or a new one for the caller.
     """
-    sync = getattr(runner, 'monitor_sync', None)
+    sync = run_context(runner).monitor_sync
     return sync if isinstance(sync, MonitorSync) else MonitorSync()

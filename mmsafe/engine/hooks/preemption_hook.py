@@ -14,6 +14,7 @@ from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, is_distributed
 from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
+from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
 from mmsafe.errors import MMSafeRuntimeError
@@ -156,7 +157,7 @@ class PreemptionHook(Hook):
         # _reset_in_child.)
         previous = self._previous.get(signal.Signals(signum))
         runner = self._runner
-        channel = getattr(runner, 'rank_channel', None)
+        channel = run_context(runner).rank_channel
         if channel is not None and channel.peer_failures:
             # The launcher tears down a run whose other rank failed.
             self._restore_handlers()

@@ -13,6 +13,7 @@ from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
                                                  parameter_indices)
 from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
+from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
@@ -126,7 +127,7 @@ class RankFaultHook(Hook):
 
     # ------------------------------------------------------------------ #
     def before_run(self, runner) -> None:
-        self._channel = getattr(runner, 'rank_channel', None)
+        self._channel = run_context(runner).rank_channel
         self._work_dir = runner.work_dir
 
     def before_train(self, runner) -> None:

@@ -359,3 +359,14 @@ class NaNSkipOptimWrapper(OptimWrapper):
             self.recent_bad.clear()
             self.recent_bad.extend(guard.get('recent_bad', []))
         super().load_state_dict(state_dict)
+
+
+def bind_work_dirs(optim_wrapper, work_dir: Optional[str]) -> None:
+    """:meth:`NaNSkipOptimWrapper.bind_work_dir` for every NaN-skip wrapper
+    in ``optim_wrapper`` (itself, or the wrappers of an
+    ``OptimWrapperDict``); other wrappers are left as they are."""
+    inner = getattr(optim_wrapper, 'optim_wrappers', None)
+    for wrapper in (inner.values() if isinstance(inner, dict)
+                    else [optim_wrapper]):
+        if isinstance(wrapper, NaNSkipOptimWrapper):
+            wrapper.bind_work_dir(work_dir)
