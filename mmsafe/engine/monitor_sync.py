@@ -80,8 +80,8 @@ class MonitorSync:
     summed over ranks at the log interval in one collective.
 
     :class:`~mmsafe.engine.runner.SafeRunner` puts one in the run context
-    for all of mmsafe's hooks (:func:`monitor_sync_of`). See the module docstring for the
-    rules.
+    for all of mmsafe's hooks (:func:`monitor_sync_of`). See the module
+    docstring for the rules.
 
     Args:
         interval (int, optional): iterations between syncs under DDP. None

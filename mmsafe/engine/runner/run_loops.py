@@ -4,8 +4,9 @@ stopped when the run ends.
 
 * :func:`resumable_train_loop`: a ``train_cfg`` naming MMEngine's
   ``EpochBasedTrainLoop``/``IterBasedTrainLoop`` (by type, or by
-  ``by_epoch``) builds :class:`~mmsafe.engine.loops.ResumableEpochBasedTrainLoop`
-  /:class:`~mmsafe.engine.loops.ResumableIterBasedTrainLoop` instead: the
+  ``by_epoch``) builds
+  :class:`~mmsafe.engine.loops.ResumableEpochBasedTrainLoop` /
+  :class:`~mmsafe.engine.loops.ResumableIterBasedTrainLoop` instead: the
   same arguments, the same behaviour in a run that does not resume; they
   also continue a resumed epoch exactly (:mod:`mmsafe.engine.loops`).
 * :class:`BuiltLoops`: the loops the runner built (MMEngine builds every
