@@ -40,7 +40,13 @@ def _child(root: str, where: str) -> dict:
         [sys.executable, '-m', 'tests.datasets.memory_toys', root, where],
         timeout=240)
     assert result.returncode == 0 and not result.timed_out, result
-    return json.loads(result.output.strip().splitlines()[-1])
+    # stdout and stderr come merged: a warning the interpreter prints at
+    # exit (multiprocessing's resource tracker, under spawn) may follow
+    # the one JSON line the child prints
+    lines = [line for line in result.output.splitlines()
+             if line.startswith('{')]
+    assert len(lines) == 1, result
+    return json.loads(lines[0])
 
 
 @pytest.mark.skipif(allocator.unavailable() is not None,
