@@ -53,7 +53,7 @@ def is_communication_error(exc: BaseException) -> bool:
     (what a rank sees when another rank is gone). An error of mmsafe's own
     (``WeightsUnavailableError``, ...) names this rank's own fault, whatever
     words its message holds ("timeout 15 s")."""
-    if type(exc).__module__.split('.')[0] == 'mmsafe':
+    if isinstance(exc, MMSafeError):
         return False
     names = {cls.__name__ for cls in type(exc).__mro__}
     if names & {'DistError', 'DistBackendError', 'DistNetworkError',
