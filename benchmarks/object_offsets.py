@@ -1,5 +1,5 @@
 """Boxes per second of the per-box visible/infrared check
-(``mmsafe/tools_lib/object_offsets.py``) on one core, or its verdicts on a
+(``mmsafe/analysis/object_offsets.py``) on one core, or its verdicts on a
 real tree.
 
 Synthetic LLVIP-like pairs (the generator's people, 100-500 px tall at
@@ -36,8 +36,8 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._common import machine, revision, uptime  # noqa: E402
-from mmsafe.tools_lib.object_offsets import (VERDICTS,  # noqa: E402
-                                             benchmark, pair_offsets)
+from mmsafe.analysis.object_offsets import (VERDICTS,  # noqa: E402
+                                            benchmark, pair_offsets)
 
 
 def _boxes(xml_path: str):

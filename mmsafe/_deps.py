@@ -9,6 +9,8 @@ import sys
 
 from packaging.version import Version
 
+from mmsafe.errors import MMSafeImportError
+
 SETUP_HINT = ('Run `bash tools/setup_env.sh` from the mmsafe checkout '
               '(Windows: `tools\\setup_env.bat`), or install by hand: '
               'torch first, then `pip install "setuptools<70" wheel && '
@@ -79,5 +81,6 @@ def check_dependencies() -> None:
             'missing; MMDetection needs RoIAlign and NMS). Reinstall mmcv '
             'with MMCV_WITH_OPS=1')
     if problems:
-        raise ImportError('mmsafe cannot be imported: ' + '; '.join(problems) +
-                          '. ' + SUPPORTED + ' ' + SETUP_HINT)
+        raise MMSafeImportError('mmsafe cannot be imported: ' +
+                                '; '.join(problems) + '. ' + SUPPORTED + ' ' +
+                                SETUP_HINT)

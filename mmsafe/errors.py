@@ -11,18 +11,21 @@ the full chain goes to the run's log file when there is one, and to the
 console with ``MMSAFE_DEBUG=1`` (or a tool's ``--debug``). Any other error
 keeps its full traceback.
 
-An error counts as raised on purpose when it is one of mmsafe's error
-classes, its message carries mmsafe's ``[mmsafe]`` prefix, or a ``raise``
-statement in mmsafe's own code raised it (a missing image folder, an
-unknown option...); MMEngine's registry re-raises a constructor's error
-with the class name in front, which counts the same. An error that
-Python itself raises inside mmsafe's code (a bug) keeps its traceback.
+An error counts as raised on purpose when it is an :class:`MMSafeError`:
+mmsafe's own error classes derive from it, and where mmsafe raises one of
+Python's error types it raises the subclass of this module that is both
+(:class:`MMSafeValueError` is a ``ValueError``, so ``except ValueError``
+still catches it). MMEngine's registry re-raises a constructor's error as
+``type(e)(f'class `X` in file: {e}')``, the same class, so it counts too.
+A message that carries mmsafe's ``[mmsafe]`` prefix counts as well (an
+error that crossed a process boundary or a library as another type). An
+error that Python or a library raises, inside mmsafe's code or not (a
+bug), and a user's own error keep their traceback.
 """
+import builtins
 import contextlib
-import linecache
 import logging
 import os
-import os.path as osp
 import sys
 import traceback
 from typing import Iterator, Optional
@@ -31,33 +34,19 @@ DEBUG_ENV = 'MMSAFE_DEBUG'
 PREFIX = '[mmsafe]'
 
 
-def _mmsafe_classes() -> tuple:
-    from mmsafe.checkpoint.remote_weights import WeightsUnavailableError
-    from mmsafe.checkpoint.trust import UntrustedCheckpointError
-    from mmsafe.datasets.pipeline_check import UnpairedTransformError
-    from mmsafe.datasets.transforms.compose import PairGeometryError
-    from mmsafe.engine.runner.errors import (DDPParameterError,
-                                             PeerRankFailedError)
-    return (WeightsUnavailableError, UntrustedCheckpointError,
-            UnpairedTransformError, PairGeometryError, DDPParameterError,
-            PeerRankFailedError)
+__all__ = [
+    'MMSafeError', 'MMSafeValueError', 'MMSafeTypeError', 'MMSafeKeyError',
+    'MMSafeIndexError', 'MMSafeAttributeError', 'MMSafeRuntimeError',
+    'MMSafeNotImplementedError', 'MMSafeImportError', 'MMSafeOSError',
+    'MMSafeFileNotFoundError', 'MMSafeFileExistsError', 'MMSafeTimeoutError',
+    'is_explained', 'debug_requested', 'report', 'explained_errors'
+]
 
 
-_PACKAGE_DIR = osp.dirname(osp.abspath(__file__)) + os.sep
-
-
-def _raised_by_mmsafe(exc: BaseException) -> bool:
-    """Whether a ``raise`` statement in mmsafe's code raised ``exc``."""
-    tb = exc.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    filename = osp.abspath(tb.tb_frame.f_code.co_filename)
-    if not filename.startswith(_PACKAGE_DIR):
-        return False
-    line = linecache.getline(filename, tb.tb_lineno).strip()
-    return line.startswith('raise ')
+class MMSafeError(Exception):
+    """Base of every error mmsafe raises on purpose: its message says what
+    failed, where, and what to do, so the tools show it as one block
+    (:func:`explained_errors`)."""
 
 
 def is_explained(exc: BaseException) -> bool:
@@ -65,14 +54,7 @@ def is_explained(exc: BaseException) -> bool:
     docstring)."""
     if not isinstance(exc, Exception):
         return False  # KeyboardInterrupt, SystemExit: not ours
-    if isinstance(exc, _mmsafe_classes()) or PREFIX in str(exc):
-        return True
-    if _raised_by_mmsafe(exc):
-        return True
-    # MMEngine's registry: raise type(e)(f'class `X` in file: {e}')
-    context = exc.__context__
-    return (str(exc).startswith('class `') and context is not None
-            and type(context) is type(exc) and _raised_by_mmsafe(context))
+    return isinstance(exc, MMSafeError) or PREFIX in str(exc)
 
 
 def debug_requested(flag: bool = False) -> bool:
@@ -133,3 +115,79 @@ def explained_errors(debug: bool = False) -> Iterator[None]:
             raise
         report(exc)
         raise SystemExit(1) from None
+
+
+# ---------------------------------------------------------------------------
+# Python's error types as mmsafe raises them. Each is the builtin type (so
+# ``except ValueError`` catches it) and an MMSafeError, and keeps the
+# builtin's name, so that messages and logs that print ``type(e).__name__``
+# read as before (a traceback shows ``mmsafe.errors.ValueError``). The rest
+# of mmsafe imports them by their MMSafe* names below, which shadow nothing.
+class ValueError(MMSafeError, builtins.ValueError):
+    """A ``ValueError`` that mmsafe raises on purpose."""
+
+
+class TypeError(MMSafeError, builtins.TypeError):
+    """A ``TypeError`` that mmsafe raises on purpose."""
+
+
+class KeyError(MMSafeError, builtins.KeyError):
+    """A ``KeyError`` that mmsafe raises on purpose."""
+
+    def __str__(self) -> str:
+        # a message of several lines (a DataLoader worker's error, re-raised
+        # with its traceback) reads as written, as torch shows a KeyError's
+        message = self.args[0] if len(self.args) == 1 else None
+        if isinstance(message, str) and '\n' in message:
+            return message
+        return super().__str__()
+
+
+class IndexError(MMSafeError, builtins.IndexError):
+    """An ``IndexError`` that mmsafe raises on purpose."""
+
+
+class AttributeError(MMSafeError, builtins.AttributeError):
+    """An ``AttributeError`` that mmsafe raises on purpose."""
+
+
+class RuntimeError(MMSafeError, builtins.RuntimeError):
+    """A ``RuntimeError`` that mmsafe raises on purpose."""
+
+
+class NotImplementedError(MMSafeError, builtins.NotImplementedError):
+    """A ``NotImplementedError`` that mmsafe raises on purpose."""
+
+
+class ImportError(MMSafeError, builtins.ImportError):
+    """An ``ImportError`` that mmsafe raises on purpose."""
+
+
+class OSError(MMSafeError, builtins.OSError):
+    """An ``OSError`` that mmsafe raises on purpose."""
+
+
+class FileNotFoundError(MMSafeError, builtins.FileNotFoundError):
+    """A ``FileNotFoundError`` that mmsafe raises on purpose."""
+
+
+class FileExistsError(MMSafeError, builtins.FileExistsError):
+    """A ``FileExistsError`` that mmsafe raises on purpose."""
+
+
+class TimeoutError(MMSafeError, builtins.TimeoutError):
+    """A ``TimeoutError`` that mmsafe raises on purpose."""
+
+
+MMSafeValueError = ValueError
+MMSafeTypeError = TypeError
+MMSafeKeyError = KeyError
+MMSafeIndexError = IndexError
+MMSafeAttributeError = AttributeError
+MMSafeRuntimeError = RuntimeError
+MMSafeNotImplementedError = NotImplementedError
+MMSafeImportError = ImportError
+MMSafeOSError = OSError
+MMSafeFileNotFoundError = FileNotFoundError
+MMSafeFileExistsError = FileExistsError
+MMSafeTimeoutError = TimeoutError

@@ -10,8 +10,9 @@ Every guard reports what it did in three places:
   ``SafetyReportHook`` and the logger can pick them up;
 * and, for values worth a curve, ``train/*`` scalars in the message hub.
 
-Every event kind, counter key and scalar is declared in
-:mod:`mmsafe.guard_outputs`; these functions refuse one that is not.
+Every event kind, counter key and scalar is declared by the guard that
+emits it (its ``guard_outputs``, :mod:`mmsafe.guard_outputs`); these
+functions refuse one that no guard declares.
 """
 import json
 import logging
@@ -55,7 +56,7 @@ def write_event(work_dir: Optional[str], kind: str, **fields: Any) -> Dict:
         work_dir (str, optional): the runner's work dir; nothing is written
             when it is None.
         kind (str): event type, one of :class:`mmsafe.guard_outputs.Event`
-            (or declared with :func:`mmsafe.guard_outputs.declare_guard`).
+            (or one a plugin's guard declares on its class).
         **fields: JSON-serialisable details (tensors and numbers are
             converted; NaN/Inf become strings).
 

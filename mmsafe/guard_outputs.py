@@ -1,4 +1,4 @@
-"""What every guard of mmsafe leaves behind, declared in one table.
+"""What every guard of mmsafe leaves behind, declared on the guard itself.
 
 A guard reports through three channels (:mod:`mmsafe.events`):
 
@@ -13,25 +13,44 @@ A guard that speaks to rank 0 through the rank channel names its
 **finding** (:class:`Finding`), and one that sums a value over ranks names
 it in the run's monitor sync (:class:`Sync`).
 
-Every name is spelled once, here: the guards, the optimizer wrappers and
-:class:`~mmsafe.engine.hooks.SafetyReportHook` read these constants, and
+Each name is spelled once, as a constant of these namespaces. Which guard
+emits it, and the ``safety_report.json`` section it lands in, is declared
+on the guard: the class that emits it has a ``guard_outputs`` attribute
+(:data:`OUTPUTS_ATTR`), a :class:`GuardOutputs`::
+
+    @HOOKS.register_module()
+    class HangWatchdogHook(Hook):
+        guard_outputs = GuardOutputs(
+            Section.WATCHDOG_EVENTS, events=(Event.HANG, Event.HANG_ABORT),
+            counters=(Counter.HANG_WATCHDOG, ))
+
+The table of declared outputs (:class:`DeclaredOutputs`) is collected from
+MMEngine's registries (every root registry and its children: MMDetection's,
+mmsafe's scope, a plugin's), keyed by the **registered type name** a config
+writes (``'NaNSkipOptimWrapper'``); a registered subclass that inherits the
+declaration answers to its own name too (``'AmpNaNSkipOptimWrapper'``).
+The few emitters that no registry holds (:data:`UNREGISTERED_EMITTERS`)
+are listed here by name and found among the imported modules, so this
+module imports none of them. A plugin's guard declares its outputs by
+defining the attribute on its registered class; nothing else is called.
+
 :func:`mmsafe.events.write_event`, :func:`mmsafe.events.update_counters`,
 :func:`mmsafe.events.update_scalar` and
 :func:`mmsafe.engine.rank_channel.share_finding` refuse a name that no
-entry of :data:`GUARD_OUTPUTS` declares (the monitor sync itself takes any
-name; tests/test_guard_outputs.py checks that the guards post declared
-ones). The section of ``safety_report.json`` an event or counter lands in
-is its guard's ``section``.
+guard declares (:func:`owner_of`; the monitor sync itself takes any name,
+tests/test_guard_outputs.py checks that the guards post declared ones).
 
-A plugin that adds a guard of its own declares its outputs with
-:func:`declare_guard`.
-
-This module imports nothing from mmsafe, so every part of mmsafe can import
-it.
+This module imports nothing from mmsafe but :mod:`mmsafe.errors` (which
+imports nothing from mmsafe), so every part of mmsafe can import it;
+MMEngine's registry is imported when the table is first collected.
 """
 import fnmatch
+import sys
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import (Any, Dict, Iterator, List, Optional, Sequence,
+                    Tuple)
+
+from mmsafe.errors import MMSafeValueError
 
 
 class Section:
@@ -142,12 +161,12 @@ class Finding:
 
 @dataclass(frozen=True)
 class GuardOutputs:
-    """The declared outputs of one guard.
+    """The declared outputs of one guard: the value of its
+    ``guard_outputs`` attribute (:data:`OUTPUTS_ATTR`).
 
     Args:
-        guard (str): the component that emits them (a class or module).
         section (str): the ``safety_report.json`` section of its events and
-            counters (:class:`Section`).
+            counters (:class:`Section`, or a plugin's own).
         events (tuple[str]): kinds of its event records.
         counters (tuple[str]): its message hub counter keys.
         scalars (tuple[str]): its ``train/*`` scalars; ``{}`` stands for a
@@ -157,7 +176,6 @@ class GuardOutputs:
         sync (tuple[str]): the names it posts to the monitor sync, with
             ``{}`` as in ``scalars``.
     """
-    guard: str
     section: str
     events: Tuple[str, ...] = ()
     counters: Tuple[str, ...] = ()
@@ -166,116 +184,48 @@ class GuardOutputs:
     sync: Tuple[str, ...] = ()
 
 
-GUARD_OUTPUTS: List[GuardOutputs] = [
-    GuardOutputs(
-        'NanSkipOptimWrapper', Section.SKIPPED_STEPS,
-        events=(Event.STEP_SKIP, ),
-        counters=(Counter.STEP_GUARD, ),
-        scalars=(Scalar.GRAD_NORM, Scalar.GRAD_NORM_OF_RULE,
-                 Scalar.SKIPPED_STEPS, Scalar.NAN_SKIPS,
-                 Scalar.CONSECUTIVE_SKIPS, Scalar.AMP_OVERFLOWS)),
-    GuardOutputs(
-        'EmptyBatchSyncHook', Section.EMPTY_BATCHES,
-        events=(Event.EMPTY_BATCH, ),
-        counters=(Counter.EMPTY_BATCH, ),
-        findings=(Finding.EMPTY_BATCH, ),
-        sync=(Sync.EMPTY_BATCH, )),
-    GuardOutputs(
-        'DataLoaderProbeHook', Section.LOADER_FALLBACKS,
-        events=(Event.DATALOADER_PROBE, Event.DATALOADER_FALLBACK,
-                Event.DATALOADER_LEAK, Event.DATALOADER_MEMORY),
-        counters=(Counter.DATALOADER_PROBE, ),
-        findings=(Finding.DATALOADER_FALLBACK, )),
-    GuardOutputs(
-        'HangWatchdogHook', Section.WATCHDOG_EVENTS,
-        events=(Event.HANG, Event.HANG_ABORT),
-        counters=(Counter.HANG_WATCHDOG, )),
-    GuardOutputs(
-        'MACLCheckHook', Section.MACL_CHECK,
-        events=(Event.MACL_PRESENCE_LOCAL, Event.MACL_PRESENCE,
-                Event.MACL_CHANCE, Event.MACL_CONTROL),
-        counters=(Counter.MACL_CHECK, ),
-        scalars=(Scalar.MACL_CHANCE_RATIO, ),
-        findings=(Finding.MACL_PROBLEM, ),
-        sync=(Sync.MACL_CHECK, )),
-    GuardOutputs(
-        'MACLHead', Section.MACL_CHECK,
-        counters=(Counter.MACL, )),
-    GuardOutputs(
-        'EvalCoverageHook', Section.EVAL_COVERAGE,
-        events=(Event.EVAL_COVERAGE, Event.EVAL_COVERAGE_ERROR,
-                Event.EVAL_IDENTICAL),
-        counters=(Counter.EVAL_COVERAGE, )),
-    GuardOutputs(
-        'RankFaultHook', Section.RANK_FAULTS,
-        events=(Event.RANK_FAULT_LOSS_TERMS, ),
-        counters=(Counter.RANK_FAULTS, ),
-        findings=(Finding.RANK_FAULT_LOSS_TERMS, )),
-    GuardOutputs(
-        'SafeRunner', Section.RANK_FAULTS,
-        events=(Event.RANK_FAILED, )),
-    GuardOutputs(
-        'PreemptionHook', Section.PREEMPTION,
-        events=(Event.PREEMPTED, ),
-        counters=(Counter.PREEMPTION, ),
-        sync=(Sync.PREEMPTION_REQUEST, )),
-    GuardOutputs(
-        'mmsafe.checkpoint.resume', Section.RESUMES,
-        events=(Event.RESUME, Event.RESUME_SKIPPED_CHECKPOINT),
-        counters=(Counter.RESUME, )),
-    GuardOutputs(
-        'ResumePlan', Section.RESUMES,
-        events=(Event.RESUME_CONTINUATION, ),
-        counters=(Counter.RESUME_CONTINUATION, )),
-    GuardOutputs(
-        'FirstBatchStatsHook', Section.OTHER,
-        events=(Event.FIRST_BATCH_STATS, Event.FIRST_BATCH_FLAG),
-        counters=(Counter.FIRST_BATCH_STATS, )),
-    GuardOutputs(
-        'ValidInstanceResampleHook', Section.OTHER,
-        events=(Event.INSTANCE_RESAMPLE, ),
-        counters=(Counter.VALID_INSTANCE_RESAMPLE, ),
-        sync=(Sync.RESAMPLED, )),
-    GuardOutputs(
-        'LossDictLintHook', Section.OTHER,
-        events=(Event.LOSS_DICT_LINT, ),
-        counters=(Counter.LOSS_DICT_LINT, ),
-        findings=(Finding.LOSS_DICT_LINT, ),
-        sync=(Sync.LOSS_DICT_FINDINGS, )),
-    GuardOutputs(
-        'ScalarBandsHook', Section.OTHER,
-        events=(Event.BAND_VIOLATION, Event.BAND_STOP),
-        counters=(Counter.SCALAR_BANDS, ),
-        sync=(Sync.BAND_STOP, )),
-    GuardOutputs(
-        'SkipAwareParamSchedulerHook', Section.OTHER,
-        counters=(Counter.PARAM_SCHEDULER, )),
-    GuardOutputs(
-        'mmsafe.datasets.pairing', Section.OTHER,
-        counters=(Counter.PAIRING, )),
-]
+#: the attribute of a guard's class (or module) that holds its GuardOutputs
+OUTPUTS_ATTR = 'guard_outputs'
+
+#: the kinds of outputs, the fields of :class:`GuardOutputs` that name them
+KINDS = ('events', 'counters', 'scalars', 'findings', 'sync')
+
+#: emitters that no registry holds: modules, and classes as
+#: ``'module:Class'``. They are looked up among the imported modules
+#: (importing ``mmsafe`` imports them all); one not imported has emitted
+#: nothing.
+UNREGISTERED_EMITTERS: Tuple[str, ...] = (
+    'mmsafe.checkpoint.resume',
+    'mmsafe.engine.resume_state:ResumePlan',
+    'mmsafe.datasets.pairing',
+)
 
 
-class UndeclaredOutputError(ValueError):
-    """A guard emitted an event, counter, scalar or finding that no entry
-    of :data:`GUARD_OUTPUTS` declares."""
+@dataclass(frozen=True)
+class Guard:
+    """A component that declares outputs, as collected.
+
+    Args:
+        name (str): its registered type name (the name of the module, or of
+            the class, for one of :data:`UNREGISTERED_EMITTERS`).
+        emitter: the class (or module) whose attribute declares them.
+        outputs (GuardOutputs): what it declares.
+        aliases (tuple[str]): registered type names of subclasses that
+            inherit the declaration.
+    """
+    name: str
+    emitter: Any
+    outputs: GuardOutputs
+    aliases: Tuple[str, ...] = ()
 
 
-def declare_guard(outputs: GuardOutputs) -> None:
-    """Declare the outputs of a guard that is not part of mmsafe (a plugin's
-    hook), so that mmsafe's reporting accepts them and the safety report
-    files them under ``outputs.section``. Declaring the same entry again is
-    a no-op; a name another guard declares is refused."""
-    if outputs in GUARD_OUTPUTS:
-        return
-    for kind in ('events', 'counters', 'scalars', 'findings', 'sync'):
-        for name in getattr(outputs, kind):
-            owner = _owner(kind, name)
-            if owner is not None:
-                raise ValueError(
-                    f'{kind[:-1]} {name!r} of {outputs.guard} is declared by '
-                    f'{owner.guard} already')
-    GUARD_OUTPUTS.append(outputs)
+class UndeclaredOutputError(MMSafeValueError):
+    """A guard emitted an event, counter, scalar or finding that no guard
+    declares."""
+
+
+class UnknownGuardError(MMSafeValueError):
+    """A name that is no registered guard with declared outputs."""
 
 
 def _matches(declared: str, name: str) -> bool:
@@ -283,43 +233,187 @@ def _matches(declared: str, name: str) -> bool:
         name, declared.replace('{}', '*')))
 
 
-def _owner(kind: str, name: str) -> Optional[GuardOutputs]:
-    for outputs in GUARD_OUTPUTS:
-        if any(_matches(d, name) for d in getattr(outputs, kind)):
-            return outputs
+class DeclaredOutputs:
+    """The declared outputs of every guard (built by :func:`collect`).
+
+    Args:
+        guards (Sequence[Guard]): the guards.
+
+    Raises:
+        ValueError: two guards declare the same output, or answer to the
+            same name.
+    """
+
+    def __init__(self, guards: Sequence[Guard]) -> None:
+        self.guards: Tuple[Guard, ...] = tuple(guards)
+        self._by_name: Dict[str, Guard] = {}
+        for guard in self.guards:
+            for name in (guard.name, ) + guard.aliases:
+                other = self._by_name.setdefault(name, guard)
+                if other is not guard:
+                    raise MMSafeValueError(
+                        f'[mmsafe] two guards answer to {name!r}: '
+                        f'{_where(other.emitter)} and {_where(guard.emitter)}')
+        for kind in KINDS:
+            seen: Dict[str, Guard] = {}
+            for guard in self.guards:
+                for name in getattr(guard.outputs, kind):
+                    other = seen.setdefault(name, guard)
+                    if other is not guard:
+                        raise MMSafeValueError(
+                            f'[mmsafe] {kind[:-1]} {name!r} is declared by '
+                            f'{other.name} ({_where(other.emitter)}) and by '
+                            f'{guard.name} ({_where(guard.emitter)})')
+        # (kind, name) -> its guard or None, filled as names are looked up:
+        # a name emitted every iteration costs one dict lookup
+        self._owners: Dict[Tuple[str, str], Optional[Guard]] = {}
+
+    def owner(self, kind: str, name: str) -> Optional[Guard]:
+        """The guard that declares ``name`` among its ``kind`` (one of
+        :data:`KINDS`), None when none does."""
+        key = (kind, name)
+        try:
+            return self._owners[key]
+        except KeyError:
+            pass
+        guard = next((candidate for candidate in self.guards if any(
+            _matches(d, name) for d in getattr(candidate.outputs, kind))),
+                     None)
+        self._owners[key] = guard
+        return guard
+
+    def guard(self, name: str) -> Guard:
+        """The guard registered as ``name`` (or a subclass of it).
+
+        Raises:
+            UnknownGuardError: no registered guard with declared outputs
+                answers to ``name``; the message lists those that do.
+        """
+        guard = self._by_name.get(name)
+        if guard is None:
+            raise UnknownGuardError(
+                f'[mmsafe] {name!r} is not a registered guard with declared '
+                f'outputs; these are: {", ".join(self.names())}')
+        return guard
+
+    def names(self) -> List[str]:
+        """Every name a guard answers to, sorted."""
+        return sorted(self._by_name)
+
+    def section_of(self, name: str,
+                   moved: Optional[Dict[str, str]] = None) -> str:
+        """The report section of an event kind or counter key: its guard's
+        ``section`` (``moved`` maps guard names to other sections);
+        :data:`Section.OTHER` for a name no guard declares (a counter
+        restored from an older run's checkpoint)."""
+        guard = self.owner('events', name) or self.owner('counters', name)
+        if guard is None:
+            return Section.OTHER
+        return (moved or {}).get(guard.name, guard.outputs.section)
+
+
+def _where(emitter: Any) -> str:
+    """``module.Class`` of a class, the name of a module."""
+    if isinstance(emitter, type):
+        return f'{emitter.__module__}.{emitter.__qualname__}'
+    return emitter.__name__
+
+
+def _registries() -> Iterator[Any]:
+    """Every registry of MMEngine: its roots and their children (scopes of
+    MMDetection, mmsafe, plugins), breadth first."""
+    from mmengine import registry as mmengine_registry
+    queue = [obj for obj in vars(mmengine_registry).values()
+             if isinstance(obj, mmengine_registry.Registry)]
+    seen = set()
+    while queue:
+        registry = queue.pop(0)
+        if id(registry) in seen:
+            continue
+        seen.add(id(registry))
+        yield registry
+        queue.extend(registry.children.values())
+
+
+def _declaring_class(cls: type) -> Optional[type]:
+    """The class of ``cls``'s MRO whose own attribute declares outputs."""
+    for klass in cls.__mro__:
+        if isinstance(vars(klass).get(OUTPUTS_ATTR), GuardOutputs):
+            return klass
     return None
 
 
-def owner_of(kind: str, name: str) -> GuardOutputs:
-    """The entry that declares ``name`` among its ``kind`` (``'events'``,
-    ``'counters'``, ``'scalars'`` or ``'findings'``).
+def _unregistered() -> Iterator[Tuple[str, Any]]:
+    for path in UNREGISTERED_EMITTERS:
+        module_name, _, attr = path.partition(':')
+        module = sys.modules.get(module_name)
+        emitter = getattr(module, attr, None) if attr else module
+        if emitter is not None:
+            yield attr or module_name, emitter
+
+
+def collect() -> DeclaredOutputs:
+    """Walk the registries for the classes that declare outputs, add
+    :data:`UNREGISTERED_EMITTERS`, and make the result the table that
+    :func:`owner_of` checks against.
 
     Raises:
-        UndeclaredOutputError: no entry declares it.
+        ValueError: two guards declare the same output, or answer to the
+            same name.
     """
-    owner = _owner(kind, name)
-    if owner is None:
+    # declaring class -> (registered names of it, of subclasses inheriting)
+    found: Dict[type, Tuple[List[str], List[str]]] = {}
+    for registry in _registries():
+        for name, obj in list(registry.module_dict.items()):
+            if not isinstance(obj, type) or \
+                    getattr(obj, OUTPUTS_ATTR, None) is None:
+                continue
+            klass = _declaring_class(obj)
+            if klass is None:
+                continue
+            own, inherited = found.setdefault(klass, ([], []))
+            names = own if obj is klass else inherited
+            if name not in names:
+                names.append(name)
+    guards = []
+    for klass, (own, inherited) in found.items():
+        name = klass.__name__ if klass.__name__ in own or not own else own[0]
+        aliases = [n for n in own + inherited if n != name]
+        guards.append(Guard(name, klass, vars(klass)[OUTPUTS_ATTR],
+                            tuple(aliases)))
+    for name, emitter in _unregistered():
+        outputs = getattr(emitter, OUTPUTS_ATTR, None)
+        if isinstance(outputs, GuardOutputs):
+            guards.append(Guard(name, emitter, outputs))
+    table = DeclaredOutputs(guards)
+    global _table
+    _table = table
+    return table
+
+
+_table: Optional[DeclaredOutputs] = None
+
+
+def declared_outputs() -> DeclaredOutputs:
+    """The table :func:`collect` built last (collected on first use)."""
+    return _table if _table is not None else collect()
+
+
+def owner_of(kind: str, name: str) -> Guard:
+    """The guard that declares ``name`` among its ``kind`` (one of
+    :data:`KINDS`). A name missing from the table collected last is looked
+    up once more in a fresh one (a class registered since then).
+
+    Raises:
+        UndeclaredOutputError: no guard declares it.
+    """
+    guard = declared_outputs().owner(kind, name)
+    if guard is None:
+        guard = collect().owner(kind, name)
+    if guard is None:
         raise UndeclaredOutputError(
-            f'[mmsafe] {kind[:-1]} {name!r} is not declared in '
-            'mmsafe.guard_outputs.GUARD_OUTPUTS: add it to its guard\'s entry '
-            '(or, for a plugin\'s guard, call '
-            'mmsafe.guard_outputs.declare_guard)')
-    return owner
-
-
-def section_of(name: str,
-               overrides: Optional[Dict[str, str]] = None) -> str:
-    """The report section of an event kind or counter key: its guard's
-    ``section`` (``overrides`` maps guard names to other sections);
-    :data:`Section.OTHER` for a name no guard declares (a counter restored
-    from an older run's checkpoint)."""
-    owner = _owner('events', name) or _owner('counters', name)
-    if owner is None:
-        return Section.OTHER
-    return (overrides or {}).get(owner.guard, owner.section)
-
-
-def declared(kind: str) -> Iterable[str]:
-    """Every declared name of ``kind``."""
-    return [name for outputs in GUARD_OUTPUTS
-            for name in getattr(outputs, kind)]
+            f'[mmsafe] {kind[:-1]} {name!r} is not declared by any guard: '
+            f'add it to the {OUTPUTS_ATTR!r} attribute (a '
+            'mmsafe.guard_outputs.GuardOutputs) of the registered class '
+            'that emits it')
+    return guard

@@ -12,6 +12,8 @@ from typing import Dict, List, Optional
 
 from mmengine.registry import Registry
 
+from mmsafe.errors import MMSafeKeyError
+
 _MARKER = 'mmsafe registers in'
 
 
@@ -59,4 +61,4 @@ def explain_unknown_type(error: KeyError) -> Optional[KeyError]:
     extra.append(f'{_MARKER} the {registry} registry: '
                  f'{", ".join(here) if here else "(none)"}. '
                  f'All mmsafe names: {", ".join(all_names)}.')
-    return KeyError(' '.join(extra))
+    return MMSafeKeyError(' '.join(extra))

@@ -1,11 +1,24 @@
 """Errors raised on purpose reach the user as one block; others keep
-their traceback (mmsafe/errors.py, used by tools/train.py and test.py)."""
+their traceback (mmsafe/errors.py, used by tools/train.py and test.py).
+
+Raised on purpose means of type :class:`mmsafe.errors.MMSafeError`: every
+error class of mmsafe derives from it, and mmsafe raises Python's own error
+types only as the subclasses of mmsafe.errors (a structure test below reads
+every ``raise`` under mmsafe/)."""
+import ast
+import builtins
 import io
+import pathlib
+import pickle
 
 import pytest
 
 from mmsafe.checkpoint.remote_weights import WeightsUnavailableError
-from mmsafe.errors import explained_errors, is_explained, report
+from mmsafe.errors import (MMSafeError, MMSafeFileNotFoundError,
+                           MMSafeKeyError, MMSafeValueError, explained_errors,
+                           is_explained, report)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _raised(exc):
@@ -87,3 +100,109 @@ def _raised_lazily(call):
     except Exception as caught:  # noqa: BLE001 (the object is the point)
         return caught
     raise AssertionError('nothing was raised')
+
+
+class _UsersOwnError(Exception):
+    """An error class of a user's code (a model, a dataset, a script)."""
+
+
+def test_the_rule_is_the_type_not_where_it_was_raised():
+    # mmsafe's deliberate errors: its own classes and the builtin types as
+    # mmsafe raises them
+    assert is_explained(_raised(MMSafeValueError('bad option')))
+    assert is_explained(MMSafeKeyError('no such key'))
+    assert is_explained(_raised(WeightsUnavailableError('no file')))
+    # a user's errors, raised anywhere, with a message of its own
+    assert not is_explained(_raised(_UsersOwnError('my dataset broke')))
+    assert not is_explained(_raised(ValueError('my transform broke')))
+    # a bug: Python or a library raises, even when mmsafe's code called it
+    import numpy as np
+    bug = _raised_lazily(lambda: np.zeros('three'))
+    assert isinstance(bug, TypeError) and not is_explained(bug)
+    # mmsafe's own check, in mmsafe's code
+    from mmsafe.datasets.box_frame import voc_box
+    exc = _raised_lazily(lambda: voc_box(None, 0, 'x.xml'))
+    assert isinstance(exc, ValueError) and is_explained(exc)
+    assert '[mmsafe]' not in str(exc)  # the type decides, not the text
+
+
+def test_every_mmsafe_error_class_is_an_mmsafe_error():
+    from mmsafe.checkpoint.errors import (CheckpointFormatError,
+                                          UntrustedCheckpointError)
+    from mmsafe.datasets.transforms.compose import PairGeometryError
+    from mmsafe.datasets.transforms.pairing_rules import \
+        UnpairedTransformError
+    from mmsafe.engine.runner.errors import (DDPParameterError,
+                                             PeerRankFailedError)
+    from mmsafe.engine.runner.stop import StopTraining
+    from mmsafe.guard_outputs import UndeclaredOutputError, UnknownGuardError
+    for cls in (CheckpointFormatError, UntrustedCheckpointError,
+                PairGeometryError, UnpairedTransformError, DDPParameterError,
+                PeerRankFailedError, StopTraining, WeightsUnavailableError,
+                UndeclaredOutputError, UnknownGuardError):
+        assert issubclass(cls, MMSafeError), cls
+    # code that catches what torch.load raises for a refusal still does
+    assert issubclass(UntrustedCheckpointError, pickle.UnpicklingError)
+
+
+def test_builtin_types_as_mmsafe_raises_them_keep_their_name():
+    err = _raised(MMSafeFileNotFoundError('LLVIPDataset: no folder'))
+    assert isinstance(err, FileNotFoundError) and isinstance(err, OSError)
+    assert type(err).__name__ == 'FileNotFoundError'
+    assert str(err) == 'LLVIPDataset: no folder'
+    # what a DataLoader worker or a spawned rank sends back: the same type
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is type(err) and str(back) == str(err)
+    assert is_explained(back)
+    # KeyError's own str (quoted) for one line; a worker's re-raised
+    # traceback reads as written
+    assert str(MMSafeKeyError('a')) == str(KeyError('a')) == "'a'"
+    assert str(MMSafeKeyError('Caught in worker\nTraceback')) == \
+        'Caught in worker\nTraceback'
+    with pytest.raises(KeyError):
+        raise MMSafeKeyError('a')
+
+
+def _builtin_raises(path: pathlib.Path):
+    """(line, name) of each ``raise`` of one of Python's error types by its
+    builtin name in ``path``."""
+    errors = {name for name in dir(builtins)
+              if isinstance(getattr(builtins, name), type)
+              and issubclass(getattr(builtins, name), BaseException)}
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) \
+                else node.exc
+            if isinstance(exc, ast.Name) and exc.id in errors:
+                yield node.lineno, exc.id
+
+
+# SystemExit is an exit, not an error.
+NOT_CHECKED = {'mmsafe/errors.py'}
+
+
+def test_mmsafe_raises_python_error_types_only_as_its_own():
+    found = []
+    for path in sorted((ROOT / 'mmsafe').rglob('*.py')):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in NOT_CHECKED:
+            continue
+        found += [f'{rel}:{line}: raise {name}'
+                  for line, name in _builtin_raises(path)
+                  if name != 'SystemExit']
+    assert not found, (
+        'raise the subclass from mmsafe.errors (e.g. MMSafeValueError for '
+        'ValueError), so that the tools show the message as one block:\n' +
+        '\n'.join(found))
+
+
+def test_the_raise_scan_finds_builtin_raises(tmp_path):
+    module = tmp_path / 'm.py'
+    module.write_text('def f(x):\n'
+                      '    if x:\n'
+                      '        raise ValueError("x")\n'
+                      '    raise KeyError\n'
+                      'def g():\n'
+                      '    raise MMSafeValueError("y")\n')
+    assert sorted(_builtin_raises(module)) == [(3, 'ValueError'),
+                                               (4, 'KeyError')]

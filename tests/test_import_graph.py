@@ -8,7 +8,9 @@ package ``pkg`` (its ``__init__``, which Python runs first), and at the
 module ``pkg.name`` too when ``name`` is one. A cycle, even one that a
 function-level import makes work at run time, ties the modules on it
 together: each import order has to be thought through again when one of
-them changes.
+them changes. The analysis that training hooks and the tools share
+(``mmsafe.analysis``) sits below both: it reaches neither, not even
+through other modules.
 """
 import ast
 from pathlib import Path
@@ -182,3 +184,51 @@ def test_no_import_cycles():
         f'{len(cycles)} import cycle(s) among mmsafe\'s modules (each a '
         'strongly connected component, with its edges):\n' +
         '\n'.join(_describe(c, graph) for c in cycles))
+
+
+def _reachable(graph: Dict[str, Set[str]], start: str) -> Set[str]:
+    """Every module that importing ``start`` may import, directly or
+    through others (``start`` itself excluded)."""
+    seen: Set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    seen.discard(start)
+    return seen
+
+
+# The analysis shared by training hooks and the tools sits below both.
+ANALYSIS = 'mmsafe.analysis'
+ABOVE_ANALYSIS = ('mmsafe.engine', 'mmsafe.tools', 'mmsafe.tools_lib')
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + '.')
+
+
+def test_analysis_imports_neither_the_engine_nor_the_tools():
+    graph = import_graph()
+    analysis = sorted(m for m in graph if _within(m, ANALYSIS))
+    assert 'mmsafe.analysis.object_offsets' in analysis, analysis
+    # used from both sides: the training hook and the dataset checker
+    assert any(_within(m, 'mmsafe.engine') and graph[m] & set(analysis)
+               for m in graph)
+    assert any(_within(m, 'mmsafe.tools_lib') and graph[m] & set(analysis)
+               for m in graph)
+    upward = {
+        f'{module} -> {target}'
+        for module in analysis for target in _reachable(graph, module)
+        if any(_within(target, above) for above in ABOVE_ANALYSIS)
+    }
+    assert not upward, (
+        f'{ANALYSIS} imports, directly or through other modules, what is '
+        'built on it:\n  ' + '\n  '.join(sorted(upward)))
+
+
+def test_reachable_follows_imports_through_other_modules():
+    graph = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': set()}
+    assert _reachable(graph, 'a') == {'b', 'c'}
+    assert _reachable(graph, 'd') == set()

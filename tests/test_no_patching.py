@@ -122,7 +122,7 @@ ALLOWED = {
     # SafeRunner.build_dataloader wraps the worker_init_fn of the DataLoader
     # it has just built, before any iterator exists: the workers then
     # outlive a job-wide stop signal (the wrapper calls the original).
-    ('mmsafe/engine/runner/safe_runner.py', 'loader.worker_init_fn'),
+    ('mmsafe/engine/runner/dataloader.py', 'loader.worker_init_fn'),
     # The probe's own DataLoader copy and iterator (built by mmsafe, never
     # the loop's): its per-batch wait, and forgetting its iterator.
     ('mmsafe/datasets/loader/probe.py', 'it._timeout'),

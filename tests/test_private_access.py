@@ -13,9 +13,20 @@ no public way; each is listed with why. A new private read fails this test
 until it is made public (an mmsafe component) or listed here with its
 reason (another library's internals); an entry no longer found fails it
 too, so the list stays true.
+
+SafeRunner reads its own base class's state through ``self``, which the
+scan above does not see. The package of SafeRunner and the modules it
+delegates to (``mmsafe/engine/runner/``) is scanned for every use of a
+private name of MMEngine's ``Runner`` (an attribute read through any
+receiver, ``self`` and ``super()`` included, or an override): each must be
+listed in ``mmsafe.engine.runner.safe_runner.MMENGINE_PRIVATE`` with why
+no public attribute or extension point serves, and each listed name must
+still be used.
 """
 import ast
+import inspect
 import pathlib
+import textwrap
 
 from tests.utils import REPO_ROOT
 
@@ -158,3 +169,81 @@ def test_the_scan_finds_reads_through_attributes_and_getattr():
               'super()._x, self._y\n')
     assert [(r, n) for _, r, n, _ in private_reads(source, 'x.py')] == [
         ('hook', '_state'), ('wrapper', '_accumulative_counts')]
+
+
+RUNNER_PACKAGE = 'mmsafe/engine/runner'
+
+
+def mmengine_runner_private_names() -> set:
+    """The private names of MMEngine's ``Runner``: its private methods and
+    every ``self._x`` its source uses."""
+    from mmengine.runner import Runner
+    tree = ast.parse(textwrap.dedent(inspect.getsource(Runner)))
+    names = {node.attr for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute)
+             and isinstance(node.value, ast.Name) and node.value.id == 'self'
+             and _is_private(node.attr)}
+    return names | {name for name in vars(Runner) if _is_private(name)}
+
+
+def runner_internals_used(source: str, path: str, names: set):
+    """``(name, line)`` of every use of one of ``names`` in ``source``: an
+    attribute through any receiver (``self``, ``super()``, a runner), a
+    ``getattr``/``hasattr``/``setattr`` of it, or a method of that name
+    (an override)."""
+    found = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append((node.attr, node.lineno))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in _FUNCS and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant)
+              and node.args[1].value in names):
+            found.append((node.args[1].value, node.lineno))
+        elif (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and node.name in names):
+            found.append((node.name, node.lineno))
+    return found
+
+
+def _runner_scan():
+    names = mmengine_runner_private_names()
+    found = {}
+    root = pathlib.Path(REPO_ROOT)
+    for file in sorted((root / RUNNER_PACKAGE).rglob('*.py')):
+        path = file.relative_to(root).as_posix()
+        for name, line in runner_internals_used(
+                file.read_text(encoding='utf-8'), path, names):
+            found.setdefault(name, []).append(f'{path}:{line}')
+    return found
+
+
+def test_safe_runner_uses_only_the_listed_mmengine_internals():
+    from mmsafe.engine.runner.safe_runner import MMENGINE_PRIVATE
+    found = _runner_scan()
+    unlisted = {name: where for name, where in found.items()
+                if name not in MMENGINE_PRIVATE}
+    assert not unlisted, (
+        "private parts of MMEngine's Runner used by SafeRunner or the "
+        'modules it delegates to, not listed in MMENGINE_PRIVATE (use the '
+        'public attribute or extension point, or list it with why):\n' +
+        '\n'.join(f'{name}: {where}' for name, where in unlisted.items()))
+    assert not set(MMENGINE_PRIVATE) - set(found), sorted(
+        set(MMENGINE_PRIVATE) - set(found))
+    assert all(isinstance(why, str) and len(why) > 20
+               for why in MMENGINE_PRIVATE.values())
+
+
+def test_the_runner_scan_sees_self_super_runner_and_overrides():
+    names = mmengine_runner_private_names()
+    assert {'_train_loop', '_load_from', '_has_loaded',
+            '_init_model_weights'} <= names
+    source = ('class R:\n'
+              '    def _init_model_weights(self):\n'
+              '        super()._init_model_weights()\n'
+              '    def f(self, runner):\n'
+              '        self._mine = self._load_from\n'
+              "        return runner._train_loop, getattr(self, '_resume')\n")
+    assert sorted(runner_internals_used(source, 'x.py', names)) == [
+        ('_init_model_weights', 2), ('_init_model_weights', 3),
+        ('_load_from', 5), ('_resume', 6), ('_train_loop', 6)]

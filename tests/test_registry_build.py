@@ -155,9 +155,11 @@ def test_builds_from_config_under_mmdet_scope(group, name, tmp_path):
     if group == 'runner':
         from mmengine.config import Config
         from mmengine.registry import RUNNERS
+
+        from mmsafe.engine.run_context import run_context
         obj = RUNNERS.build(Config(cfg))
         assert type(obj).__name__ == name
-        assert obj.monitor_sync is not None
+        assert run_context(obj).monitor_sync is not None
         return
     if group == 'loop':
         from mmengine.config import Config

@@ -43,6 +43,7 @@ from typing import IO, Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
+from mmsafe.errors import MMSafeTypeError, MMSafeValueError
 from .errors import CheckpointFormatError
 
 ZIP_MAGIC = b'PK\x03\x04'
@@ -186,14 +187,15 @@ class CheckpointArchive:
                                   f'{stat.filemode(info.st_mode)})')
             return os.fdopen(fd, 'rb', buffering=0), info.st_size
         if self.mmap:
-            raise ValueError('mmap=True needs the checkpoint as a file '
-                             f'name, not {type(source).__name__}')
+            raise MMSafeValueError('mmap=True needs the checkpoint as a file '
+                                   f'name, not {type(source).__name__}')
         if isinstance(source, io.BytesIO) and source.tell() == 0:
             return source, len(source.getbuffer())
         data = source.read()
         if not isinstance(data, bytes):
-            raise TypeError(f'{self.name}: the file object must be opened in '
-                            'binary mode')
+            raise MMSafeTypeError(
+                f'{self.name}: the file object must be opened in '
+                'binary mode')
         return io.BytesIO(data), len(data)
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Tuple
 
 import torch
 
+from mmsafe.errors import MMSafeFileExistsError
 from .atomic import atomic_write
 from .container import CheckpointArchive, describe_non_zip
 from .errors import CheckpointFormatError
@@ -114,7 +115,8 @@ def convert_checkpoint(src: str, dst: str) -> Tuple[bool, str]:
         raise CheckpointFormatError(
             f'[mmsafe] {src} is {describe_non_zip(head)}. {ISOLATED_HINT}')
     if osp.exists(dst):
-        raise FileExistsError(f'{dst} exists; choose another output path')
+        raise MMSafeFileExistsError(
+            f'{dst} exists; choose another output path')
     obj = load_legacy_checkpoint(src)
     atomic_write(dst, lambda f: torch.save(obj, f))
     summary = check_checkpoint(dst)

@@ -16,8 +16,10 @@ weights-only refusal), so code that catches that keeps working:
 import pickle
 from typing import Optional
 
+from mmsafe.errors import MMSafeError
 
-class UntrustedCheckpointError(pickle.UnpicklingError):
+
+class UntrustedCheckpointError(MMSafeError, pickle.UnpicklingError):
     """A checkpoint holds a pickled object or call that mmsafe does not
     trust.
 
@@ -31,7 +33,7 @@ class UntrustedCheckpointError(pickle.UnpicklingError):
         self.global_name = global_name
 
 
-class CheckpointFormatError(pickle.UnpicklingError):
+class CheckpointFormatError(MMSafeError, pickle.UnpicklingError):
     """A checkpoint file is not the zip container of a plain ``torch.save``,
     or its records do not match what its pickle claims.
 

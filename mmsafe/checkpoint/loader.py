@@ -22,6 +22,7 @@ A refusal is one error that names the file and what it holds.
 import os
 from typing import Any, Optional
 
+from mmsafe.errors import MMSafeFileNotFoundError
 from .allowlist import CheckpointRules
 from .container import CONVERT_DOC, DAMAGED_HINT, CheckpointArchive
 from .errors import CheckpointFormatError, UntrustedCheckpointError
@@ -106,5 +107,5 @@ def load_from_local(filename: str, map_location: Any = None) -> Any:
     a path that is not a regular file)."""
     filename = os.path.expanduser(filename)
     if not os.path.exists(filename):
-        raise FileNotFoundError(f'{filename} can not be found.')
+        raise MMSafeFileNotFoundError(f'{filename} can not be found.')
     return load_checkpoint_file(filename, map_location)

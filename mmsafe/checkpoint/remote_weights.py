@@ -31,6 +31,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from mmsafe.errors import MMSafeError, MMSafeKeyError, MMSafeValueError
 from .loader import load_checkpoint_file, load_from_local
 
 #: environment variable: socket timeout of a weight download, in seconds
@@ -38,7 +39,7 @@ TIMEOUT_ENV = 'MMSAFE_DOWNLOAD_TIMEOUT'
 DEFAULT_TIMEOUT = 15.0
 
 
-class WeightsUnavailableError(RuntimeError):
+class WeightsUnavailableError(MMSafeError, RuntimeError):
     """A pretrained weight file is neither cached nor downloadable."""
 
 
@@ -48,8 +49,8 @@ def download_timeout() -> float:
     try:
         return float(value) if value else DEFAULT_TIMEOUT
     except ValueError as err:
-        raise ValueError(f'{TIMEOUT_ENV}={value!r} is not a number of '
-                         'seconds') from err
+        raise MMSafeValueError(f'{TIMEOUT_ENV}={value!r} is not a number of '
+                               'seconds') from err
 
 
 def hub_checkpoint_dir() -> str:
@@ -86,9 +87,9 @@ def resolve_url(name: str) -> str:
         models = mm_ckpt.get_mmcls_models()
         key = name.split('://', 1)[1]
     else:
-        raise KeyError(f'{name}: not a URL or model-zoo name')
+        raise MMSafeKeyError(f'{name}: not a URL or model-zoo name')
     if key not in models:
-        raise KeyError(f'{name}: no model named {key!r} in that zoo')
+        raise MMSafeKeyError(f'{name}: no model named {key!r} in that zoo')
     return models[key]
 
 

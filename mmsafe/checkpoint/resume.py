@@ -15,11 +15,17 @@ from typing import Any, List, Optional, Tuple
 
 from mmengine.dist import is_main_process
 
+from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.events import INFO_PREFIX, log, update_counters, write_event
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from .container import CheckpointArchive
 from .errors import CheckpointFormatError, UntrustedCheckpointError
 from .loader import load_checkpoint_file
+
+guard_outputs = GuardOutputs(
+    Section.RESUMES,
+    events=(Event.RESUME, Event.RESUME_SKIPPED_CHECKPOINT),
+    counters=(Counter.RESUME, ))
 
 
 # --------------------------------------------------------------------------
@@ -108,10 +114,10 @@ def find_latest_loadable_checkpoint(path: str) -> Optional[str]:
                 _report_skipped(path, skipped, candidate)
             return candidate
         skipped.append((candidate, problem))
-    raise RuntimeError(
+    raise MMSafeRuntimeError(
         '[mmsafe] Cannot resume: no checkpoint in '
         f'{directory} loads: ' + '; '.join(f'{p}: {why}'
-                                           for p, why in skipped))
+                                                 for p, why in skipped))
 
 
 def _report_skipped(work_dir: str, skipped: List[Tuple[str, str]],

@@ -28,6 +28,7 @@ import os.path as osp
 import tempfile
 from typing import Any
 
+from mmsafe.errors import MMSafeImportError, MMSafeValueError
 from .loader import load_checkpoint_file, load_from_local
 from .remote_weights import register_remote_weight_schemes
 
@@ -50,12 +51,12 @@ def load_from_pavi(filename: str, map_location: Any = None) -> Any:
     """MMEngine's ``load_from_pavi``: downloaded from pavi's model cloud
     into a temporary folder, loaded with :func:`load_checkpoint_file`."""
     if not filename.startswith('pavi://'):
-        raise ValueError(f'expected a pavi:// path, got {filename}')
+        raise MMSafeValueError(f'expected a pavi:// path, got {filename}')
     try:
         from pavi import modelcloud
     except ImportError as err:
-        raise ImportError('Please install pavi to load checkpoint from '
-                          'modelcloud.') from err
+        raise MMSafeImportError('Please install pavi to load checkpoint from '
+                                'modelcloud.') from err
     model = modelcloud.get(filename[len('pavi://'):])
     with tempfile.TemporaryDirectory() as tmp_dir:
         downloaded = osp.join(tmp_dir, osp.basename(model.name))

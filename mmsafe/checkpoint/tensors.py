@@ -31,6 +31,7 @@ import torch
 from torch.serialization import default_restore_location
 
 from mmsafe.compat import plain_tensor_dtypes, storage_dtypes, tensor_dtypes
+from mmsafe.errors import MMSafeTypeError
 from .container import CheckpointArchive
 from .errors import CheckpointFormatError
 from .tokens import (Token, describe, exact_bool, exact_int, expect_args,
@@ -81,15 +82,16 @@ def _restore(storage: torch.UntypedStorage, location: str,
         if moved is None:
             moved = default_restore_location(storage, location)
     else:
-        raise TypeError(f'map_location must be None, a str, a torch.device, '
-                        f'a dict or a callable, not '
-                        f'{type(map_location).__name__}')
+        raise MMSafeTypeError(
+            f'map_location must be None, a str, a torch.device, '
+            f'a dict or a callable, not '
+            f'{type(map_location).__name__}')
     if isinstance(moved, torch.TypedStorage):
         moved = moved.untyped()
     if not isinstance(moved, torch.UntypedStorage) or \
             moved.nbytes() != storage.nbytes():
-        raise TypeError(f'map_location turned a storage of '
-                        f'{storage.nbytes()} bytes into {type(moved)!r}')
+        raise MMSafeTypeError(f'map_location turned a storage of '
+                              f'{storage.nbytes()} bytes into {type(moved)!r}')
     return moved
 
 

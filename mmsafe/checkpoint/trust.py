@@ -23,6 +23,7 @@ import pickle
 import re
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from mmsafe.errors import MMSafeValueError
 from .errors import CheckpointFormatError, UntrustedCheckpointError
 from .trusted_names import (TRUSTED_GLOBALS_CFG_KEY, TRUSTED_GLOBALS_ENV,
                             opt_in_hint, own_name, resolve_trusted_globals,
@@ -44,13 +45,14 @@ _ACTIVE: List[List[Tuple[Any, str]]] = []
 def _trust_object(obj: Any) -> Tuple[Any, str]:
     name = own_name(obj)
     if name is None:
-        raise ValueError(f'[mmsafe] {obj!r} cannot be trusted for '
-                         'checkpoint loading: only classes and Python '
-                         'functions')
+        raise MMSafeValueError(f'[mmsafe] {obj!r} cannot be trusted for '
+                               'checkpoint loading: only classes and Python '
+                               'functions')
     resolved, name = resolve_trusted_name(name)
     if resolved is not obj:
-        raise ValueError(f'[mmsafe] {obj!r} is not what its name {name!r} '
-                         'resolves to')
+        raise MMSafeValueError(
+            f'[mmsafe] {obj!r} is not what its name {name!r} '
+            'resolves to')
     return obj, name
 
 

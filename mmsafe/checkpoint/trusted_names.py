@@ -22,6 +22,8 @@ import sys
 import types
 from typing import Any, Iterable, List, Optional, Tuple
 
+from mmsafe.errors import MMSafeImportError, MMSafeValueError
+
 TRUSTED_GLOBALS_ENV = 'MMSAFE_TRUSTED_GLOBALS'
 TRUSTED_GLOBALS_CFG_KEY = 'mmsafe_trusted_globals'
 
@@ -96,7 +98,7 @@ def _import_dotted(name: str) -> Any:
         except ImportError:
             continue
         return _walk(module, parts[cut:], static=False)
-    raise ImportError(f'no module of {name!r} can be imported')
+    raise MMSafeImportError(f'no module of {name!r} can be imported')
 
 
 def resolve_trusted_name(name: str) -> Tuple[Any, str]:
@@ -108,24 +110,24 @@ def resolve_trusted_name(name: str) -> Tuple[Any, str]:
             imported.
     """
     if never_trusted(name.split('.', 1)[0]):
-        raise ValueError(
+        raise MMSafeValueError(
             f'[mmsafe] {name!r} cannot be trusted for checkpoint loading: '
             'objects of that module let a checkpoint run code or reach '
             'files. Re-save the checkpoint without it instead.')
     try:
         obj = _import_dotted(name)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f'[mmsafe] trusted checkpoint global {name!r} '
-                         f'cannot be imported: {err}') from err
+        raise MMSafeValueError(f'[mmsafe] trusted checkpoint global {name!r} '
+                               f'cannot be imported: {err}') from err
     canonical = own_name(obj)
     if canonical is None:
-        raise ValueError(
+        raise MMSafeValueError(
             f'[mmsafe] trusted checkpoint global {name!r} is '
             f'{type(obj).__name__} {obj!r}: only classes and Python '
             'functions of your own modules can be trusted')
     module = obj.__module__
     if never_trusted(module):
-        raise ValueError(
+        raise MMSafeValueError(
             f'[mmsafe] {name!r} cannot be trusted for checkpoint loading: '
             f'it is {canonical}, from {obj.__module__}, whose objects let a '
             'checkpoint run code or reach files.')
@@ -134,7 +136,7 @@ def resolve_trusted_name(name: str) -> Tuple[Any, str]:
     except (ImportError, AttributeError):
         again = None
     if again is not obj:
-        raise ValueError(
+        raise MMSafeValueError(
             f'[mmsafe] trusted checkpoint global {name!r} is {canonical}, '
             f'which does not resolve back to it (from {module}): pickles '
             'could not name it')

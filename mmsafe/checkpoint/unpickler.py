@@ -31,6 +31,7 @@ import pickletools
 import struct
 from typing import Any, Callable, Dict, List
 
+from mmsafe.errors import MMSafeNotImplementedError
 from .errors import CheckpointFormatError, UntrustedCheckpointError
 
 MAX_NAME = 256
@@ -50,23 +51,23 @@ class Rules:
     def find_global(self, module: str, name: str) -> Any:
         """The object a ``GLOBAL`` names: a token of an allowed callable or
         class, or a plain value (a dtype)."""
-        raise NotImplementedError
+        raise MMSafeNotImplementedError
 
     def call(self, func: Any, args: tuple) -> Any:
         """``REDUCE``: ``func(*args)``, checked."""
-        raise NotImplementedError
+        raise MMSafeNotImplementedError
 
     def new(self, cls: Any, args: tuple) -> Any:
         """``NEWOBJ``: ``cls.__new__(cls, *args)``, checked."""
-        raise NotImplementedError
+        raise MMSafeNotImplementedError
 
     def build(self, obj: Any, state: Any) -> None:
         """``BUILD``: set the state of ``obj`` (made by this load)."""
-        raise NotImplementedError
+        raise MMSafeNotImplementedError
 
     def persistent_load(self, pid: Any) -> Any:
         """``BINPERSID``: the storage a persistent id names."""
-        raise NotImplementedError
+        raise MMSafeNotImplementedError
 
     def container_add(self, container: Any) -> Callable[[Any, Any], None]:
         """How ``SETITEM(S)``/``APPEND(S)`` add to ``container`` that is not

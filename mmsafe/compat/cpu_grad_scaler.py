@@ -25,6 +25,8 @@ from typing import Dict
 import torch
 from torch.cuda.amp import GradScaler as _TorchGradScaler
 
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+
 
 def _fresh_optimizer_state() -> dict:
     """torch's per-optimizer bookkeeping (the stage and the found_inf
@@ -34,7 +36,7 @@ def _fresh_optimizer_state() -> dict:
         fresh = getattr(module, '_refresh_per_optimizer_state', None)
         if fresh is not None:
             return fresh()
-    raise RuntimeError('torch has no GradScaler bookkeeping to extend')
+    raise MMSafeRuntimeError('torch has no GradScaler bookkeeping to extend')
 
 
 class CpuGradScaler(_TorchGradScaler):
@@ -78,7 +80,8 @@ class CpuGradScaler(_TorchGradScaler):
             scaled = map(self.scale, outputs)
             return type(outputs)(scaled) if isinstance(
                 outputs, (list, tuple)) else scaled
-        raise ValueError('outputs must be a Tensor or an iterable of Tensors')
+        raise MMSafeValueError(
+            'outputs must be a Tensor or an iterable of Tensors')
 
     def _unscale_grads_(self, optimizer, inv_scale: torch.Tensor,
                         found_inf: torch.Tensor,
@@ -89,8 +92,8 @@ class CpuGradScaler(_TorchGradScaler):
                     if param.grad is None:
                         continue
                     if not allow_fp16 and param.grad.dtype == torch.float16:
-                        raise ValueError('Attempting to unscale FP16 '
-                                         'gradients.')
+                        raise MMSafeValueError('Attempting to unscale FP16 '
+                                               'gradients.')
                     grad = param.grad
                     if grad.is_sparse:
                         if grad.dtype is torch.float16:

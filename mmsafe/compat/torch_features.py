@@ -33,6 +33,8 @@ from typing import Any, Dict, FrozenSet, Optional, Tuple
 import numpy as np
 import torch
 
+from mmsafe.errors import MMSafeRuntimeError, MMSafeTypeError
+
 
 # ------------------------------------------------------------ autocast --
 def autocast_enabled(device_type: str) -> bool:
@@ -95,8 +97,9 @@ def grad_scaler(device_type: str, **kwargs: Any):
     if device_type == 'cpu':
         from .cpu_grad_scaler import CpuGradScaler
         return CpuGradScaler(**kwargs)
-    raise RuntimeError(f'this torch ({torch.__version__}) has no GradScaler '
-                       f'for {device_type!r}')
+    raise MMSafeRuntimeError(
+        f'this torch ({torch.__version__}) has no GradScaler '
+        f'for {device_type!r}')
 
 
 # --------------------------------------------------------------- dtypes --
@@ -125,8 +128,9 @@ def numpy_to_tensor(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array)
     wider = _WIDER.get(array.dtype)
     if wider is None:
-        raise TypeError(f'torch {torch.__version__} has no tensor type for '
-                        f'numpy {array.dtype} arrays')
+        raise MMSafeTypeError(
+            f'torch {torch.__version__} has no tensor type for '
+            f'numpy {array.dtype} arrays')
     return torch.from_numpy(array.astype(wider))
 
 

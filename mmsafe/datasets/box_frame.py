@@ -13,6 +13,8 @@ import io
 import xml.etree.ElementTree as ET
 from typing import List, Optional, Tuple
 
+from mmsafe.errors import MMSafeValueError
+
 #: the coordinate bases a release may count from
 BBOX_BASES = (0, 1)
 
@@ -25,7 +27,7 @@ def check_bbox_base(base: int, owner: str) -> int:
         owner (str): who asks, for the message (the dataset class).
     """
     if isinstance(base, bool) or base not in BBOX_BASES:
-        raise ValueError(
+        raise MMSafeValueError(
             f'{owner}: bbox_base={base!r}; it must be 1 (the xml numbers '
             'the first pixel 1, as PASCAL VOC does: 1 is subtracted) or 0 '
             '(the xml counts from 0: the values are used as they are)')
@@ -42,13 +44,14 @@ def voc_box(bndbox: Optional[ET.Element], base: int,
         where (str): the xml file, for the message of a missing value.
     """
     if bndbox is None:
-        raise ValueError(f'{where}: an <object> has no <bndbox>')
+        raise MMSafeValueError(f'{where}: an <object> has no <bndbox>')
     values = []
     for key in ('xmin', 'ymin', 'xmax', 'ymax'):
         node = bndbox.find(key)
         if node is None or not (node.text or '').strip():
-            raise ValueError(f'{where}: a <bndbox> has no <{key}>; the VOC '
-                             'reader needs xmin, ymin, xmax and ymax')
+            raise MMSafeValueError(
+                f'{where}: a <bndbox> has no <{key}>; the VOC '
+                'reader needs xmin, ymin, xmax and ymax')
         values.append(float(node.text) - base)
     return values
 
@@ -89,7 +92,7 @@ def image_size(data: bytes, where: str) -> Tuple[int, int]:
         import mmcv
         img = mmcv.imfrombytes(data)
         if img is None:
-            raise ValueError(
+            raise MMSafeValueError(
                 f'{where}: the annotation states no image size and the '
                 f'image cannot be decoded ({pil_error})') from pil_error
         return img.shape[1], img.shape[0]

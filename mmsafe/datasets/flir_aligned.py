@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Tuple
 from mmengine.fileio import exists, list_dir_or_file, list_from_file
 
 from mmdet.registry import DATASETS
+from mmsafe.errors import MMSafeFileNotFoundError
 from .llvip import LLVIPDataset
 
 FLIR_PREFIX = dict(img='JPEGImages/', ir_img='JPEGImages/',
@@ -88,7 +89,7 @@ class FLIRAlignedDataset(LLVIPDataset):
             ]
         img_dir = self.data_prefix['img']
         if not exists(img_dir, backend_args=self.backend_args):
-            raise FileNotFoundError(
+            raise MMSafeFileNotFoundError(
                 f'FLIRAlignedDataset: image folder {img_dir} does not exist '
                 f'(data_root={self.data_root!r})')
         return sorted(

@@ -10,6 +10,7 @@ from mmengine.fileio import exists, get, get_text, list_from_file
 
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
+from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log
 from .kaist_annotations import (ANN_FOLDERS, LAYOUTS, layout_files,
                                 pair_objects, parse_bbgt, parse_kaist_xml)
@@ -32,8 +33,9 @@ def parse_frame(line: str) -> Tuple[str, str, str]:
     ``set00/V000/I01225`` or ``set00_V000_I01225`` (CRLF endings too)."""
     match = _FRAME.search(line.strip())
     if match is None:
-        raise ValueError(f'KAISTDataset: cannot read a frame '
-                         f'(setNN/VNNN/INNNNN) from the list line {line!r}')
+        raise MMSafeValueError(
+            f'KAISTDataset: cannot read a frame '
+            f'(setNN/VNNN/INNNNN) from the list line {line!r}')
     return match.group(1), match.group(2), match.group(3)
 
 
@@ -138,14 +140,14 @@ class KAISTDataset(BaseDetDataset):
                  require_images: bool = True,
                  **kwargs) -> None:
         if ann_layout not in ANN_LAYOUTS:
-            raise ValueError(f'KAISTDataset: ann_layout={ann_layout!r}; '
-                             f'choose one of {ANN_LAYOUTS}')
+            raise MMSafeValueError(f'KAISTDataset: ann_layout={ann_layout!r}; '
+                                   f'choose one of {ANN_LAYOUTS}')
         if ann_name is not None and ann_layout == 'auto':
             ann_layout = ('paired' if '{modality}' in ann_name else
                           'xml' if ann_name.endswith('.xml') else 'bbgt')
         if paired_box not in PAIRED_BOXES:
-            raise ValueError(f'KAISTDataset: paired_box={paired_box!r}; '
-                             f'choose one of {PAIRED_BOXES}')
+            raise MMSafeValueError(f'KAISTDataset: paired_box={paired_box!r}; '
+                                   f'choose one of {PAIRED_BOXES}')
         self.ann_layout = ann_layout
         self.ann_name = ann_name
         self.paired_box = paired_box
@@ -195,7 +197,7 @@ class KAISTDataset(BaseDetDataset):
                     found.append((folder, layout, template))
                     break
         if not found:
-            raise FileNotFoundError(
+            raise MMSafeFileNotFoundError(
                 f'{owner}: no annotation file for the first '
                 f'{len(probed)} listed frames (from {"/".join(frames[0])}).'
                 ' Looked for: ' + '; '.join(looked) + '. Set '
@@ -216,15 +218,15 @@ class KAISTDataset(BaseDetDataset):
         """One data info per listed frame, with its LWIR partner."""
         owner = f'KAISTDataset({self.ann_file})'
         if not self.ann_file:
-            raise ValueError(f'{owner}: ann_file (the image list, e.g. '
-                             'imageSets/train-all-02.txt) is required')
+            raise MMSafeValueError(f'{owner}: ann_file (the image list, e.g. '
+                                   'imageSets/train-all-02.txt) is required')
         frames = [
             parse_frame(line) for line in list_from_file(
                 self.ann_file, backend_args=self.backend_args)
             if line.strip()
         ]
         if not frames:
-            raise FileNotFoundError(f'{owner}: the image list is empty')
+            raise MMSafeFileNotFoundError(f'{owner}: the image list is empty')
         folder, layout, template = self._find_layout(owner, frames)
         self.ann_source = dict(folder=folder, layout=layout,
                                template=template)

@@ -26,6 +26,8 @@ import os.path as osp
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Sequence, Tuple
 
+from mmsafe.errors import MMSafeValueError
+
 #: layout name -> (annotation file template, what it is)
 LAYOUTS: Dict[str, Tuple[str, str]] = {
     'bbgt': ('{set}/{video}/{frame}.txt', 'bbGt text per frame'),
@@ -68,7 +70,7 @@ def parse_bbgt(text: str, source: str = '') -> List[dict]:
             occ = int(float(parts[5])) if len(parts) > 5 else 0
             ign = int(float(parts[10])) if len(parts) > 10 else 0
         except (ValueError, IndexError) as err:
-            raise ValueError(
+            raise MMSafeValueError(
                 f'KAISTDataset: {source}:{num}: expected "label x y w h '
                 f'[occ vx vy vw vh ign ang]", got {line!r}') from err
         objects.append(_obj(parts[0], x, y, w, h, occ, ign))
@@ -80,12 +82,13 @@ def _number(node: ET.Element, tag: str, source: str, default=None) -> float:
     if child is None or child.text is None:
         if default is not None:
             return default
-        raise ValueError(f'KAISTDataset: {source}: an object has no <{tag}>')
+        raise MMSafeValueError(
+            f'KAISTDataset: {source}: an object has no <{tag}>')
     try:
         return float(child.text)
     except ValueError as err:
-        raise ValueError(f'KAISTDataset: {source}: <{tag}> is '
-                         f'{child.text!r}, not a number') from err
+        raise MMSafeValueError(f'KAISTDataset: {source}: <{tag}> is '
+                               f'{child.text!r}, not a number') from err
 
 
 def parse_kaist_xml(text: str, source: str = '') -> List[dict]:
@@ -102,15 +105,16 @@ def parse_kaist_xml(text: str, source: str = '') -> List[dict]:
     try:
         root = ET.fromstring(text)
     except ET.ParseError as err:
-        raise ValueError(f'KAISTDataset: {source}: not valid xml ({err})') \
-            from err
+        raise MMSafeValueError(
+            f'KAISTDataset: {source}: not valid xml ({err})') from err
     objects = []
     for node in root.iter('object'):
         name = node.find('name')
         box = node.find('bndbox')
         if name is None or not (name.text or '').strip() or box is None:
-            raise ValueError(f'KAISTDataset: {source}: an <object> needs '
-                             '<name> and <bndbox>')
+            raise MMSafeValueError(
+                f'KAISTDataset: {source}: an <object> needs '
+                '<name> and <bndbox>')
         if box.find('x') is not None:
             x, y, w, h = (_number(box, k, source) for k in 'xywh')
         else:
@@ -128,7 +132,7 @@ def pair_objects(visible: Sequence[dict], infrared: Sequence[dict],
     """The KAIST-Paired objects of one frame, visible and infrared side by
     side (the i-th of each file)."""
     if len(visible) != len(infrared):
-        raise ValueError(
+        raise MMSafeValueError(
             f'KAISTDataset: {sources[0]} has {len(visible)} objects and '
             f'{sources[1]} {len(infrared)}; KAIST-Paired files list the '
             'same objects in the same order')

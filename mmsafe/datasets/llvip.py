@@ -9,6 +9,7 @@ from mmengine.fileio import (exists, get, get_local_path, list_dir_or_file,
 
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
+from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log
 from .box_frame import check_bbox_base, image_size, voc_box, xml_size
 from .pairing import (MissingPair, check_missing_pair_policy,
@@ -127,7 +128,7 @@ class LLVIPDataset(BaseDetDataset):
         if 'ir_img' not in prefix:
             derived = _default_ir_prefix(prefix['img'])
             if derived is None and return_modality_pair:
-                raise ValueError(
+                raise MMSafeValueError(
                     "LLVIPDataset: data_prefix needs 'ir_img' (the infrared "
                     f"folder); it cannot be derived from img={prefix['img']!r}"
                     " because that path has no 'visible' folder.")
@@ -143,7 +144,8 @@ class LLVIPDataset(BaseDetDataset):
         if synthetic is not None:
             data_root = kwargs.get('data_root')
             if not data_root:
-                raise ValueError('LLVIPDataset(synthetic=...) needs data_root')
+                raise MMSafeValueError(
+                    'LLVIPDataset(synthetic=...) needs data_root')
             ensure_synthetic_llvip(data_root, **synthetic)
         if return_modality_pair:
             # before the annotations are read: a broken pipeline fails fast
@@ -171,7 +173,7 @@ class LLVIPDataset(BaseDetDataset):
             return names
         img_dir = self.data_prefix['img']
         if not exists(img_dir, backend_args=self.backend_args):
-            raise FileNotFoundError(
+            raise MMSafeFileNotFoundError(
                 f'LLVIPDataset: visible image folder {img_dir} does not exist '
                 f'(data_root={self.data_root!r}, '
                 f"data_prefix['img']={self.data_prefix['img']!r})")
@@ -228,7 +230,7 @@ class LLVIPDataset(BaseDetDataset):
             owner, missing_ann, len(names),
             f'images have no annotation xml in {self.data_prefix["ann"]}')
         if not names:
-            raise FileNotFoundError(
+            raise MMSafeFileNotFoundError(
                 f'{owner}: no images found (ann_file={self.ann_file!r})')
         handle_missing_pairs(owner, missing, len(names), self.on_missing_pair)
 

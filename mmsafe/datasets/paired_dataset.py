@@ -12,6 +12,7 @@ from mmengine.dataset import BaseDataset, Compose
 from mmengine.fileio import exists, get_local_path
 
 from mmdet.registry import DATASETS
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from .transforms.compose import assert_paired_pipeline, paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side)
@@ -46,7 +47,7 @@ class PartnerRule:
         elif 'field' in rule:
             self.mode = 'field'
         else:
-            raise ValueError(
+            raise MMSafeValueError(
                 f'partner must be one of dict(find=..., replace=...), '
                 f'dict(pattern=..., repl=...), dict(field=..., prefix=...); '
                 f'got {rule}')
@@ -155,7 +156,7 @@ class PairedModalityDataset:
         inner_pipeline = getattr(dataset, 'pipeline', None)
         inner_steps = getattr(inner_pipeline, 'transforms', [])
         if pipeline and inner_steps:
-            raise ValueError(
+            raise MMSafeValueError(
                 'PairedModalityDataset: give the pipeline either to the '
                 'wrapper or to the inner dataset, not both (the inner one '
                 'would run a second time).')
@@ -238,7 +239,7 @@ class PairedModalityDataset:
         if self.test_mode:
             data = self.prepare_data(idx)
             if data is None:
-                raise RuntimeError(
+                raise MMSafeRuntimeError(
                     'PairedModalityDataset: the test pipeline returned None '
                     f'for {self.get_data_info(idx)["img_path"]}')
             return data
@@ -247,6 +248,6 @@ class PairedModalityDataset:
             if data is not None:
                 return data
             idx = np.random.randint(0, len(self))
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             f'PairedModalityDataset: no valid sample after {self.max_refetch} '
             'retries; check the image paths and the pipeline')

@@ -9,8 +9,11 @@ learnt nothing for days.
 import logging
 from typing import List, Sequence, Tuple
 
+from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log, update_counters
-from mmsafe.guard_outputs import Counter
+from mmsafe.guard_outputs import Counter, GuardOutputs, Section
+
+guard_outputs = GuardOutputs(Section.OTHER, counters=(Counter.PAIRING, ))
 
 MISSING_PAIR_POLICIES = ('error', 'skip')
 #: how many missing files an error or log line names
@@ -23,8 +26,8 @@ MissingPair = Tuple[str, str, str]
 def check_missing_pair_policy(policy: str) -> str:
     """Validate ``on_missing_pair``; returns it."""
     if policy not in MISSING_PAIR_POLICIES:
-        raise ValueError(f'on_missing_pair must be one of '
-                         f'{MISSING_PAIR_POLICIES}, got {policy!r}')
+        raise MMSafeValueError(f'on_missing_pair must be one of '
+                               f'{MISSING_PAIR_POLICIES}, got {policy!r}')
     return policy
 
 
@@ -62,8 +65,8 @@ def raise_missing_annotations(owner: str, paths: Sequence[str], total: int,
     if not paths:
         return
     listing = '\n'.join(f'  {p}' for p in list(paths)[:NUM_NAMED])
-    raise FileNotFoundError(f'{owner}: {len(paths)} of {total} {what}. '
-                            f'First:\n{listing}')
+    raise MMSafeFileNotFoundError(f'{owner}: {len(paths)} of {total} {what}. '
+                                  f'First:\n{listing}')
 
 
 def handle_missing_pairs(owner: str, missing: List[MissingPair], total: int,
@@ -90,7 +93,7 @@ def handle_missing_pairs(owner: str, missing: List[MissingPair], total: int,
         if count == total:
             hint = ('No sample has a partner: check data_root / data_prefix '
                     '(img, ir_img) or the partner rule.')
-        raise FileNotFoundError(
+        raise MMSafeFileNotFoundError(
             f'{owner}: {count} of {total} samples have no complete '
             f'visible+infrared pair. First missing:\n{listing}\n{hint}')
     log(f'{owner}: dropped {count} of {total} samples whose visible/infrared '

@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from mmsafe.errors import (MMSafeFileExistsError, MMSafeOSError,
+                           MMSafeValueError)
 from mmsafe.events import log
 
 MARKER = '.mmsafe_synthetic.json'
@@ -53,12 +55,14 @@ def synthetic_params(num_train: int = 300,
     width, height = (int(v) for v in img_size)
     lo, hi = (float(v) for v in person_height)
     if width < 32 or height < 32:
-        raise ValueError(f'img_size must be at least (32, 32), got {img_size}')
+        raise MMSafeValueError(
+            f'img_size must be at least (32, 32), got {img_size}')
     if not 4 <= lo <= hi:
-        raise ValueError(f'person_height must be (min, max) with '
-                         f'4 <= min <= max, got {person_height}')
+        raise MMSafeValueError(f'person_height must be (min, max) with '
+                               f'4 <= min <= max, got {person_height}')
     if not 0 <= empty_ratio <= 1:
-        raise ValueError(f'empty_ratio must be in [0, 1], got {empty_ratio}')
+        raise MMSafeValueError(
+            f'empty_ratio must be in [0, 1], got {empty_ratio}')
     return dict(
         version=GENERATOR_VERSION,
         num_train=int(num_train),
@@ -256,7 +260,7 @@ def write_tree(root: str, params: Dict) -> Dict[str, int]:
             for modality, img in (('visible', vis), ('infrared', ir)):
                 path = osp.join(root, modality, split, f'{stem}.jpg')
                 if not cv2.imwrite(path, img, [cv2.IMWRITE_JPEG_QUALITY, 92]):
-                    raise OSError(f'could not write {path}')
+                    raise MMSafeOSError(f'could not write {path}')
             with open(osp.join(root, 'Annotations', f'{stem}.xml'), 'w',
                       encoding='utf-8') as f:
                 f.write(_voc_xml(f'{stem}.jpg', width, height, boxes))
@@ -304,7 +308,7 @@ def ensure_synthetic_llvip(data_root: str, **kwargs) -> str:
         if found is None:
             return False
         if found != params:
-            raise ValueError(
+            raise MMSafeValueError(
                 f'{data_root} holds a synthetic LLVIP tree made with other '
                 f'parameters:\n  found:  {found}\n  wanted: {params}\n'
                 f'Delete the folder (it is regenerated on first use) or point '
@@ -316,7 +320,7 @@ def ensure_synthetic_llvip(data_root: str, **kwargs) -> str:
             log(f'synthetic LLVIP: using existing tree at {data_root}')
             return data_root
         if os.listdir(data_root):
-            raise FileExistsError(
+            raise MMSafeFileExistsError(
                 f'{data_root} exists and is not a synthetic mmsafe LLVIP tree '
                 f'(no {MARKER}); refusing to write synthetic data into it. '
                 f'Remove `synthetic=...` from the dataset config to use the '

@@ -14,6 +14,7 @@ import torch
 from mmengine.dataset import BaseDataset
 
 from mmdet.registry import DATASETS
+from mmsafe.errors import MMSafeRuntimeError, MMSafeTypeError, MMSafeValueError
 from mmsafe.events import log
 
 #: metainfo keys set on a replacement sample's ``DetDataSample``
@@ -62,7 +63,7 @@ class ValidInstanceResampleDataset:
         if isinstance(dataset, dict):
             dataset = DATASETS.build(dataset)
         if max_tries < 1:
-            raise ValueError(f'max_tries must be >= 1, got {max_tries}')
+            raise MMSafeValueError(f'max_tries must be >= 1, got {max_tries}')
         self.dataset = dataset
         self.max_tries = int(max_tries)
         self.min_instances = int(min_instances)
@@ -115,7 +116,7 @@ class ValidInstanceResampleDataset:
             return 0
         sample = data.get('data_samples') if isinstance(data, dict) else None
         if sample is None or not hasattr(sample, 'gt_instances'):
-            raise TypeError(
+            raise MMSafeTypeError(
                 'ValidInstanceResampleDataset needs pipeline outputs with '
                 "'data_samples' holding gt_instances (end the pipeline with "
                 'PackPairedDetInputs or PackDetInputs); sample '
@@ -150,7 +151,7 @@ class ValidInstanceResampleDataset:
                 })
                 return data
         names = [self._path(i) for i in tried[:5]]
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             f'ValidInstanceResampleDataset: sample {idx} '
             f'({self._path(idx)}) has fewer than {self.min_instances} valid '
             f'instance(s) after the pipeline, and so have all '

@@ -39,10 +39,11 @@ from torch.utils.data import DataLoader
 
 from mmsafe.datasets.loader.processes import (shutdown_iterator,
                                               shutdown_loader)
+from mmsafe.engine.run_context import run_context
 
 
 def _pending_plan(runner) -> Optional[Any]:
-    plan = getattr(runner, 'resume_plan', None)
+    plan = run_context(runner).resume_plan
     return None if plan is None or plan.done else plan
 
 

@@ -46,6 +46,8 @@ import zlib
 from typing import Dict, List, Optional, Sequence
 
 from mmsafe.dist import all_reduce_sum, get_rank, get_world_size, is_distributed
+from mmsafe.engine.run_context import run_context
+from mmsafe.errors import MMSafeKeyError, MMSafeRuntimeError
 
 #: Capacity of the sync vector. The collective has a fixed size so that
 #: ranks which disagree on names still meet in the same all-reduce (and then
@@ -77,9 +79,9 @@ class MonitorSync:
     """Store of the monitoring values that mmsafe hooks post,
     summed over ranks at the log interval in one collective.
 
-    :class:`~mmsafe.engine.runner.SafeRunner` owns one for all of mmsafe's
-    hooks (:func:`monitor_sync_of`). See the module docstring for the
-    rules.
+    :class:`~mmsafe.engine.runner.SafeRunner` puts one in the run context
+    for all of mmsafe's hooks (:func:`monitor_sync_of`). See the module
+    docstring for the rules.
 
     Args:
         interval (int, optional): iterations between syncs under DDP. None
@@ -104,7 +106,7 @@ class MonitorSync:
         if name in self._names:
             return
         if len(self._names) >= MAX_NAMES:
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 f'[mmsafe] MonitorSync holds at most {MAX_NAMES} names; '
                 f'cannot declare {name!r}. Known: {self._names}')
         self._names = sorted(self._names + [name])
@@ -118,7 +120,7 @@ class MonitorSync:
                 reads a device tensor).
         """
         if name not in self._names:
-            raise KeyError(
+            raise MMSafeKeyError(
                 f'[mmsafe] MonitorSync: {name!r} was not declared; declare '
                 'it in the hook\'s before_run so that every rank knows it')
         self._values[name] = self._values.get(name, 0.0) + float(value)
@@ -197,7 +199,7 @@ class MonitorSync:
         self.num_syncs += 1
         if (reduced[0] != world_size * vector[0]
                 or reduced[1] != world_size * vector[1]):
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 '[mmsafe] MonitorSync: ranks declared different value names '
                 f'(rank {get_rank()} knows {names}). Every rank must build '
                 'the same mmsafe hooks from the same config.')
@@ -235,19 +237,21 @@ class MonitorSync:
 def monitor_sync_of(runner) -> MonitorSync:
     """The :class:`MonitorSync` a hook posts to during ``runner``'s run.
 
+    It is the ``monitor_sync`` of the run's context
+    (:func:`~mmsafe.engine.run_context.run_context`):
     :class:`~mmsafe.engine.runner.SafeRunner` (``runner_type='SafeRunner'``,
-    set by ``configs/_base_/safety_runtime.py``) owns one that all of
+    set by ``configs/_base_/safety_runtime.py``) puts one there that all of
     mmsafe's hooks share: under DDP their values travel in one all-reduce
-    per log interval. Any other runner has none; then each calling hook
-    gets a new instance of its own (call this once, in ``before_run``, and
-    keep the result): the values travel in one all-reduce per hook and log
-    interval.
+    per log interval. Under any other runner the context has none; then
+    each calling hook gets a new instance of its own (call this once, in
+    ``before_run``, and keep the result): the values travel in one
+    all-reduce per hook and log interval.
 
     Args:
         runner: the runner the hook is registered in.
 
     Returns:
-        MonitorSync: the runner's instance, or a new one for the caller.
+        MonitorSync: the run's instance, or a new one for the caller.
     """
-    sync = getattr(runner, 'monitor_sync', None)
+    sync = run_context(runner).monitor_sync
     return sync if isinstance(sync, MonitorSync) else MonitorSync()

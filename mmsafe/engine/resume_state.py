@@ -31,7 +31,7 @@ import torch
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import log, update_counters, write_event
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from mmsafe.rng import RNGState
 
 #: Key of mmsafe's state in a checkpoint's ``meta``.
@@ -182,6 +182,12 @@ class ResumePlan:
         reasons (list[str]): why the continuation cannot be exact.
         done (bool): the loop has carried the plan out.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.RESUMES,
+        events=(Event.RESUME_CONTINUATION, ),
+        counters=(Counter.RESUME_CONTINUATION, ))
+
     checkpoint: str
     epoch: int
     iter: int

@@ -5,6 +5,7 @@ from typing import List, Sequence
 
 from mmdet.evaluation import CocoMetric
 from mmdet.registry import METRICS
+from mmsafe.errors import MMSafeValueError
 
 
 def _instances(gt: dict, ignore_flag: int) -> List[dict]:
@@ -43,7 +44,7 @@ class CocoStyleMetric(CocoMetric):
     def __init__(self, prefix: str = 'coco', **kwargs) -> None:
         for key in ('ann_file', 'metric'):
             if key in kwargs:
-                raise ValueError(
+                raise MMSafeValueError(
                     f'CocoStyleMetric takes no {key!r}: it evaluates boxes '
                     'against the ground truth of the samples; use '
                     "CocoMetric for a COCO json")

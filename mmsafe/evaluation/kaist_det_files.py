@@ -21,6 +21,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
+
 _SPLIT = re.compile(r'[,\s]+')
 
 
@@ -28,7 +30,8 @@ def _numbers(line: str, where: str) -> List[float]:
     try:
         return [float(v) for v in _SPLIT.split(line.strip()) if v]
     except ValueError as err:
-        raise ValueError(f'{where}: expected numbers, got {line!r}') from err
+        raise MMSafeValueError(
+            f'{where}: expected numbers, got {line!r}') from err
 
 
 def read_combined(path: str, num_frames: int) -> Dict[int, np.ndarray]:
@@ -49,11 +52,12 @@ def read_combined(path: str, num_frames: int) -> Dict[int, np.ndarray]:
             where = f'{path}:{num}'
             values = _numbers(line, where)
             if len(values) != 6:
-                raise ValueError(f'{where}: expected "id,x,y,w,h,score" (6 '
-                                 f'numbers), got {line.strip()!r}')
+                raise MMSafeValueError(
+                    f'{where}: expected "id,x,y,w,h,score" (6 '
+                    f'numbers), got {line.strip()!r}')
             frame = int(values[0])
             if frame != values[0] or not 1 <= frame <= num_frames:
-                raise ValueError(
+                raise MMSafeValueError(
                     f'{where}: frame id {values[0]:g} is not one of 1..'
                     f'{num_frames} (1-based index of the frame in the list '
                     'sorted by name)')
@@ -74,15 +78,17 @@ def read_frame_file(path: str) -> np.ndarray:
             if re.fullmatch(r'[-+.\deE]+', parts[0]):
                 values = _numbers(line, where)
                 if len(values) != 5:
-                    raise ValueError(f'{where}: expected "x y w h score" '
-                                     f'or "person x1 y1 x2 y2 score", got '
-                                     f'{line.strip()!r}')
+                    raise MMSafeValueError(
+                        f'{where}: expected "x y w h score" '
+                        f'or "person x1 y1 x2 y2 score", got '
+                        f'{line.strip()!r}')
                 rows.append(values)
                 continue
             values = _numbers(' '.join(parts[1:]), where)
             if len(values) != 5:
-                raise ValueError(f'{where}: expected "person x1 y1 x2 y2 '
-                                 f'score", got {line.strip()!r}')
+                raise MMSafeValueError(
+                    f'{where}: expected "person x1 y1 x2 y2 '
+                    f'score", got {line.strip()!r}')
             x1, y1, x2, y2, score = values
             rows.append([x1 + 1, y1 + 1, x2 - x1, y2 - y1, score])
     return np.array(rows, dtype=np.float64).reshape(-1, 5)
@@ -127,8 +133,8 @@ def read_detections(path: str,
             out[frame] = read_frame_file(found) if found else empty
         return out
     if not osp.isfile(path):
-        raise FileNotFoundError(f'detections {path!r}: no such file or '
-                                'folder')
+        raise MMSafeFileNotFoundError(f'detections {path!r}: no such file or '
+                                      'folder')
     by_index = read_combined(path, len(ordered))
     return {frame: by_index.get(i, empty) for i, frame in enumerate(ordered)}
 

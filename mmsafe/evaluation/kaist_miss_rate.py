@@ -14,6 +14,7 @@ from mmengine.evaluator import BaseMetric
 from mmengine.logging import MMLogger
 
 from mmdet.registry import METRICS
+from mmsafe.errors import MMSafeKeyError
 from .kaist_det_files import write_combined
 from .kaist_protocol import (CONDITIONS, condition_of, get_setting,
                              ground_truth, setting_names)
@@ -80,7 +81,7 @@ class KAISTMissRate(BaseMetric):
         scores and outcomes only."""
         for sample in data_samples:
             if RAW_KEY not in sample:
-                raise KeyError(
+                raise MMSafeKeyError(
                     'KAISTMissRate needs each frame\'s raw annotation: add '
                     f"{RAW_KEY!r} to meta_keys of PackPairedDetInputs in "
                     'the test pipeline (configs/_base_/datasets/kaist.py '

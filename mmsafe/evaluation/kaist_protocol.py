@@ -29,6 +29,8 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mmsafe.errors import MMSafeValueError
+
 #: sets filmed by day; the others were filmed at night
 DAY_SETS = frozenset({0, 1, 2, 6, 7, 8})
 NIGHT_SETS = frozenset({3, 4, 5, 9, 10, 11})
@@ -100,8 +102,9 @@ def get_setting(setting) -> KAISTSetting:
     if isinstance(setting, KAISTSetting):
         return setting
     if setting not in SETTINGS:
-        raise ValueError(f'unknown KAIST setting {setting!r}; the settings '
-                         f'are {sorted(SETTINGS)}')
+        raise MMSafeValueError(
+            f'unknown KAIST setting {setting!r}; the settings '
+            f'are {sorted(SETTINGS)}')
     return SETTINGS[setting]
 
 
@@ -110,15 +113,16 @@ def condition_of(img_id: str) -> str:
     ``'set06/V000/I00019'``."""
     match = _SET.search(str(img_id))
     if match is None:
-        raise ValueError(f'cannot tell day from night for {img_id!r}: '
-                         'KAIST frame ids name their set (setNN/VNNN/INNNNN)')
+        raise MMSafeValueError(
+            f'cannot tell day from night for {img_id!r}: '
+            'KAIST frame ids name their set (setNN/VNNN/INNNNN)')
     number = int(match.group(1))
     if number in DAY_SETS:
         return 'day'
     if number in NIGHT_SETS:
         return 'night'
-    raise ValueError(f'{img_id!r}: set{number:02d} is not a KAIST set '
-                     '(set00-set11)')
+    raise MMSafeValueError(f'{img_id!r}: set{number:02d} is not a KAIST set '
+                           '(set00-set11)')
 
 
 def squarify(boxes: np.ndarray, aspect: float) -> np.ndarray:
@@ -176,5 +180,5 @@ def setting_names(settings: Sequence) -> Tuple[str, ...]:
     for name in names:
         get_setting(name)
     if len(set(names)) != len(names):
-        raise ValueError(f'KAIST settings repeat a name: {names}')
+        raise MMSafeValueError(f'KAIST settings repeat a name: {names}')
     return names

@@ -12,6 +12,8 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, TextIO
 
+from mmsafe.errors import MMSafeValueError
+
 #: Row states, least to most severe. ``info`` and ``warn`` never fail a run;
 #: ``error`` does (``tools/preflight.py`` exits 1, ``train.py --preflight``
 #: refuses to start).
@@ -37,8 +39,8 @@ class CheckRow:
 
     def __post_init__(self):
         if self.status not in STATUSES:
-            raise ValueError(f'status must be one of {STATUSES}, '
-                             f'got {self.status!r}')
+            raise MMSafeValueError(f'status must be one of {STATUSES}, '
+                                   f'got {self.status!r}')
 
 
 @dataclass

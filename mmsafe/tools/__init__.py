@@ -9,6 +9,8 @@ the clone's ``tools/<name>.py`` is a thin entry point to it. A config named
 """
 import os.path as osp
 
+from mmsafe.errors import MMSafeFileNotFoundError
+
 #: mmsafe's configs: the clone's ``configs/`` folder, copied into an
 #: installed package (linked in an editable install)
 CONFIG_DIR = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
@@ -38,7 +40,7 @@ def scoped_config_path(config: str) -> str:
                         '.mim', 'configs')
     path = osp.join(root, rel)
     if not osp.isfile(path):
-        raise FileNotFoundError(
+        raise MMSafeFileNotFoundError(
             f'[mmsafe] {config!r}: no such config in {root}. A package '
             "ships its configs there (mmsafe's are those of a clone's "
             "configs/ folder, e.g. 'mmsafe::llvip/demo_cpu.py').")

@@ -8,6 +8,8 @@ Follows MMDetection's ``tools/test.py``::
 import argparse
 import os
 
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+
 def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description='Test a detector (mmsafe)')
@@ -44,7 +46,7 @@ def enable_visualization(cfg, args) -> None:
     """Turn on MMDetection's DetVisualizationHook for --show/--show-dir."""
     default_hooks = cfg.default_hooks
     if 'visualization' not in default_hooks:
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             '--show/--show-dir need a `visualization=dict(type='
             "'DetVisualizationHook')` entry in default_hooks.")
     default_hooks['visualization']['draw'] = True
@@ -83,7 +85,7 @@ def run(args):
         runner = build_runner(cfg)
         if args.out is not None:
             if not args.out.endswith(('.pkl', '.pickle')):
-                raise ValueError('--out must end with .pkl or .pickle')
+                raise MMSafeValueError('--out must end with .pkl or .pickle')
             from mmdet.evaluation import DumpDetResults
             runner.test_evaluator.metrics.append(
                 DumpDetResults(out_file_path=args.out))

@@ -14,6 +14,8 @@ import argparse
 import logging
 import os
 
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+
 def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description='Train a detector (mmsafe)')
@@ -71,7 +73,7 @@ def apply_amp(cfg) -> None:
         return
     if optim_wrapper == 'NaNSkipOptimWrapper' or not torch.cuda.is_available():
         if optim_wrapper not in ('OptimWrapper', 'NaNSkipOptimWrapper'):
-            raise ValueError(
+            raise MMSafeValueError(
                 f'--amp cannot convert optim_wrapper type {optim_wrapper!r}; '
                 'set an AMP optim wrapper in the config instead.')
         if optim_wrapper == 'OptimWrapper':
@@ -98,10 +100,10 @@ def build_cfg(args):
                 and 'base_batch_size' in cfg.auto_scale_lr):
             cfg.auto_scale_lr.enable = True
         else:
-            raise RuntimeError('Can not find "auto_scale_lr" or '
-                               '"auto_scale_lr.enable" or '
-                               '"auto_scale_lr.base_batch_size" in your'
-                               ' configuration file.')
+            raise MMSafeRuntimeError('Can not find "auto_scale_lr" or '
+                                     '"auto_scale_lr.enable" or '
+                                     '"auto_scale_lr.base_batch_size" in your'
+                                     ' configuration file.')
     if args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None

@@ -1,2 +1,5 @@
-"""Library code behind mmsafe's command-line tools (``tools/*.py``), kept
-importable so that tests and hooks can reuse it."""
+"""The command-line tools' own code (``mmsafe.tools``): reading a config
+and building a runner (:mod:`.cli`), the dataset checker's audit and report
+(:mod:`.dataset_check`, :mod:`.dataset_stats`) and the M3FD split
+(:mod:`.m3fd_split`). The image analysis they share with the training
+hooks is :mod:`mmsafe.analysis`."""

@@ -27,6 +27,7 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from mmsafe.datasets.walk import config_nodes
+from mmsafe.errors import MMSafeOSError, MMSafeValueError
 from .dataset_check import dataset_config
 
 MODALITIES = ('visible', 'infrared')
@@ -79,7 +80,7 @@ class PairSumsDataset(Dataset):
         img, _ = decode(img_bytes, flag, reduction, 'dataset_stats', path,
                         self.settings['imdecode_backend'])
         if img is None:
-            raise OSError(f'dataset_stats: cannot decode {path}')
+            raise MMSafeOSError(f'dataset_stats: cannot decode {path}')
         pixels = img.reshape(-1, 1 if img.ndim == 2 else img.shape[2])
         pixels = pixels.astype(np.int64)
         return (pixels.shape[0], pixels.sum(0), (pixels * pixels).sum(0))
@@ -118,7 +119,7 @@ def pair_paths(dataset, indices: Sequence[int]) -> List[tuple]:
     for idx in indices:
         info = dataset.get_data_info(idx)
         if not info.get('ir_img_path'):
-            raise ValueError(
+            raise MMSafeValueError(
                 f'dataset_stats: sample {idx} ({info.get("img_path")}) has '
                 'no ir_img_path: the dataset is not paired')
         pairs.append((info['img_path'], info['ir_img_path']))
@@ -151,7 +152,7 @@ def compute_stats(pairs: Sequence[tuple], settings: dict, workers: int = 2,
             if totals[m] is None:
                 totals[m] = [0, np.zeros_like(s), np.zeros_like(q)]
             elif len(s) != len(totals[m][1]):
-                raise ValueError(
+                raise MMSafeValueError(
                     f'dataset_stats: {m} images have {len(totals[m][1])} and '
                     f'{len(s)} channels; one loading flag must fit them all')
             totals[m][0] += count
@@ -162,7 +163,7 @@ def compute_stats(pairs: Sequence[tuple], settings: dict, workers: int = 2,
     if bar is not None:
         bar.close()
     if not pairs:
-        raise ValueError('dataset_stats: the dataset has no samples')
+        raise MMSafeValueError('dataset_stats: the dataset has no samples')
     result: Dict[str, dict] = {}
     for m in MODALITIES:
         count, s, q = totals[m]

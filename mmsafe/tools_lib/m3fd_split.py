@@ -26,6 +26,9 @@ import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
+from mmsafe.errors import (MMSafeFileExistsError, MMSafeFileNotFoundError,
+                           MMSafeValueError)
+
 #: the split names, in the order of the ratios
 SPLIT_NAMES = ('train', 'val', 'test')
 DEFAULT_RATIOS = (0.8, 0.1, 0.1)
@@ -40,13 +43,13 @@ def list_stems(data_root: str, folder: str = 'Vis',
     """
     path = osp.join(data_root, folder)
     if not osp.isdir(path):
-        raise FileNotFoundError(
+        raise MMSafeFileNotFoundError(
             f'{path} does not exist: data_root must be the M3FD_Detection '
             f'folder holding {folder}/, Ir/ and Annotation/')
     stems = sorted(osp.splitext(name)[0] for name in os.listdir(path)
                    if name.lower().endswith(suffix.lower()))
     if not stems:
-        raise FileNotFoundError(f'{path} holds no *{suffix} image')
+        raise MMSafeFileNotFoundError(f'{path} holds no *{suffix} image')
     return stems
 
 
@@ -54,7 +57,7 @@ def _block_key(stem: str, block: int) -> str:
     if block == 1:
         return stem
     if not stem.isdigit():
-        raise ValueError(
+        raise MMSafeValueError(
             f'block={block} groups consecutive frame numbers, but {stem!r} '
             'is not a number; use block=1')
     return str(int(stem) // block)
@@ -82,12 +85,12 @@ def split_by_ratios(stems: Sequence[str],
     """
     if not 2 <= len(ratios) <= len(SPLIT_NAMES) or \
             any(r <= 0 for r in ratios):
-        raise ValueError(f'ratios={list(ratios)}: give 2 or 3 positive '
-                         'shares (train, val[, test])')
+        raise MMSafeValueError(f'ratios={list(ratios)}: give 2 or 3 positive '
+                               'shares (train, val[, test])')
     if block < 1:
-        raise ValueError(f'block={block}: must be 1 or more')
+        raise MMSafeValueError(f'block={block}: must be 1 or more')
     if len(set(stems)) != len(stems):
-        raise ValueError('the frame list has duplicates')
+        raise MMSafeValueError('the frame list has duplicates')
     groups: Dict[str, List[str]] = {}
     for stem in stems:
         groups.setdefault(_block_key(stem, block), []).append(stem)
@@ -125,7 +128,7 @@ def split_by_scenario(stems: Sequence[str],
         for scene in scenario['scene']:
             mode = scene['mode']
             if mode not in splits:
-                raise ValueError(
+                raise MMSafeValueError(
                     f'{scenario_file}: scene {scene.get("name")!r} has mode '
                     f'{mode!r}; TarDAL knows train and val')
             for span in scene['range']:
@@ -133,7 +136,7 @@ def split_by_scenario(stems: Sequence[str],
                     splits[mode].append(str(n).zfill(width))
     unknown = sorted(set(splits['train'] + splits['val']) - known)
     if unknown:
-        raise ValueError(
+        raise MMSafeValueError(
             f'{scenario_file} lists {len(unknown)} frames that are not among '
             f'the images (first: {unknown[:5]})')
     return {name: sorted(set(found)) for name, found in splits.items()}
@@ -161,7 +164,7 @@ def write_split(data_root: str, splits: Dict[str, List[str]],
             if osp.exists(path):
                 with open(path, encoding='utf-8') as f:
                     if f.read() != texts[name]:
-                        raise FileExistsError(
+                        raise MMSafeFileExistsError(
                             f'{path} exists with other frames; move it away '
                             'or pass --force to replace it')
     for name, path in paths.items():

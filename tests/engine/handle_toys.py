@@ -13,6 +13,8 @@ from mmdet.registry import HOOKS
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
+from mmsafe.guard_outputs import GuardOutputs
+
 SIGNALS = [name for name in ('SIGTERM', 'SIGINT', 'SIGUSR1')
            if hasattr(signal, name)]
 
@@ -67,16 +69,16 @@ class HandleCensusStartHook(Hook):
 
 @HOOKS.register_module()
 class PluginReportHook(Hook):
-    """A plugin's hook that declares its own outputs, emits them every
-    iteration and takes part in a failure through SafeRunner's optional
-    hook methods (``explain_failure``, ``report_crash``), writing what it
-    was handed to ``{work_dir}/plugin_crash.json``."""
+    """A plugin's hook that declares its own outputs on its class (and does
+    nothing else to declare them), emits them every iteration and takes
+    part in a failure through SafeRunner's optional hook methods
+    (``explain_failure``, ``report_crash``), writing what it was handed to
+    ``{work_dir}/plugin_crash.json``."""
+
+    guard_outputs = GuardOutputs('plugin', events=('plugin_seen', ),
+                                 counters=('plugin', ))
 
     def __init__(self):
-        from mmsafe.guard_outputs import GuardOutputs, declare_guard
-        declare_guard(GuardOutputs('PluginReportHook', 'plugin',
-                                   events=('plugin_seen', ),
-                                   counters=('plugin', )))
         self.seen = 0
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,

@@ -162,13 +162,13 @@ def test_lambda_in_pipeline_is_named(tmp_path):
 
 
 def test_lambda_without_probe_fails_unnamed(tmp_path):
-    """The failure the probe prevents: policy='off' crashes in the loop."""
+    """The failure the probe prevents: probe='off' crashes in the loop."""
     result = _run(
         tmp_path,
         loader="num_workers=1, multiprocessing_context='spawn',",
         dataset_args="pipeline=[dict(type='ProbeToVector'), "
         "dict(type='ProbeScaleWithLambda', factor=2.0)],",
-        probe="policy='off'")
+        probe="probe='off'")
     assert result.returncode != 0 and not result.timed_out, result
     assert 'pickle' in result.output
     assert 'transforms[1]' not in result.output
@@ -301,3 +301,28 @@ def test_replace_loop_loader_keeps_the_loop_invariants():
     assert [next(loop.dataloader_iterator).tolist() for _ in range(4)] == [
         [0, 1], [2, 3], [4, 5], [0, 1]]
     assert started and not any(_running(pid) for pid in started)
+
+
+def test_probe_names_when_it_runs_the_old_policy_key_still_works():
+    """``probe`` is when the probe runs; ``policy=`` (its former name) is
+    accepted with a warning that names the new key; both given, or an
+    unknown value, is refused."""
+    from mmsafe.engine.hooks.dataloader_probe_hook import DataLoaderProbeHook
+    from tests.utils import logged_messages
+
+    with logged_messages() as messages:
+        assert DataLoaderProbeHook(probe='always').probe == 'always'
+        assert DataLoaderProbeHook().probe == 'auto'
+    assert not messages
+    with logged_messages() as messages:
+        hook = DataLoaderProbeHook(policy='off')
+    assert hook.probe == 'off' and not hasattr(hook, 'policy')
+    assert len(messages) == 1
+    assert "policy='off' is deprecated" in messages[0]
+    assert "write probe='off'" in messages[0]
+    with pytest.raises(ValueError, match='give probe only'):
+        DataLoaderProbeHook(probe='always', policy='off')
+    with pytest.raises(ValueError, match='probe must be one of'):
+        DataLoaderProbeHook(probe='warn')
+    with pytest.raises(ValueError, match='probe must be one of'):
+        DataLoaderProbeHook(policy='raise')

@@ -1,7 +1,8 @@
 """A plugin's hook talks to mmsafe as mmsafe's own hooks do: it declares
-its outputs (mmsafe/guard_outputs.py), which then land in its own section
-of safety_report.json, and SafeRunner calls its ``explain_failure`` and
-``report_crash`` when the run fails (no hook class is named by the runner).
+its outputs on its class (``guard_outputs``, nothing else), which then
+land in its own section of safety_report.json, and SafeRunner calls its
+``explain_failure`` and ``report_crash`` when the run fails (no hook class
+is named by the runner).
 A toy run through tools/train.py with the safety fragment crashes at
 iteration 3."""
 import json

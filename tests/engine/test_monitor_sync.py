@@ -8,6 +8,7 @@ import pytest
 
 from mmsafe.engine.monitor_sync import (MAX_NAMES, MonitorSync,
                                         monitor_sync_of)
+from mmsafe.engine.run_context import RunContext
 from tests.utils import REPO_ROOT, free_port, run_command
 
 
@@ -21,7 +22,7 @@ def runner_at(it, max_iters=100):
 
 
 def test_owner_is_the_runner_or_the_calling_hook(sync):
-    owned = SimpleNamespace(monitor_sync=sync)
+    owned = SimpleNamespace(mmsafe_context=RunContext(monitor_sync=sync))
     assert monitor_sync_of(owned) is sync
     # A runner without one: every caller gets its own instance.
     plain = SimpleNamespace()

@@ -163,3 +163,12 @@ def test_communication_errors_are_told_from_a_ranks_own_error():
         '[mmsafe] pretrained weights https://x/r50.pth are not available: '
         'the download failed on rank 0: URLError: timed out (timeout 15 s, '
         'MMSAFE_DOWNLOAD_TIMEOUT)'))
+    # told by type, not by the module that defines it: any MMSafeError
+    from mmsafe.errors import MMSafeError, MMSafeRuntimeError
+    assert not is_communication_error(MMSafeRuntimeError(
+        'the store timed out (timeout 30 s)'))
+
+    class PluginError(MMSafeError, RuntimeError):
+        pass
+    assert not is_communication_error(PluginError('gloo socket timeout'))
+    assert is_communication_error(RuntimeError('gloo socket timeout'))

@@ -1,9 +1,18 @@
 """SafetyReportHook on real runs through tools/train.py with the safety
 fragment (SafeRunner): a finished run, a resumed one, a 2-rank gloo run and
-crashing runs; under the stock Runner a crash writes no report."""
+crashing runs; under the stock Runner a crash writes no report. In
+process: ``sections`` names guards by their registered type names."""
 import json
 import os.path as osp
+from types import SimpleNamespace
 
+import pytest
+from mmengine.logging import MessageHub
+
+from mmsafe.engine.hooks import SafetyReportHook
+from mmsafe.engine.hooks.safety_report_hook import SafetyReport
+from mmsafe.events import update_counters, write_event
+from mmsafe.guard_outputs import Counter, Event, UnknownGuardError
 from tests.engine.ckpt_toys_cfg import TOY_CONFIG, latest_log
 from tests.utils import REPO_ROOT, run_train, write_config
 
@@ -154,3 +163,49 @@ def test_no_crash_report_under_stock_runner(tmp_path):
     assert 'ValueError: toy crash at iteration 5' in result.output
     assert not osp.exists(osp.join(work_dir, 'safety_report.json'))
     assert 'Safety report' not in result.output
+
+
+def _built(hook, work_dir, hub_name):
+    """The report ``hook`` builds from the events in ``work_dir`` and the
+    counters in a fresh message hub (one rank, no training loop)."""
+    hub = MessageHub.get_instance(hub_name)
+    runner = SimpleNamespace(work_dir=work_dir, message_hub=hub)
+    return hook.report.build(runner, 'finished', None,
+                             [SafetyReport.local_state(runner)], 0.)
+
+
+def test_sections_move_the_optimizer_wrapper_by_its_type_name(tmp_path):
+    work_dir = str(tmp_path)
+    # created last, so the current hub that update_counters writes to
+    hub = MessageHub.get_instance('test_sections_move_the_optimizer')
+    write_event(work_dir, Event.STEP_SKIP, iter=1, reasons=['nan_loss'])
+    write_event(work_dir, Event.EMPTY_BATCH, iter=2)
+    update_counters(Counter.STEP_GUARD, skipped=1)
+    hook = SafetyReportHook(sections=[('optimizer', ['NaNSkipOptimWrapper'])])
+    summary = _built(hook, work_dir, hub.instance_name)['summary']
+    assert summary['optimizer']['events'] == 1
+    assert summary['optimizer']['by_cause'] == {'nan_loss': 1}
+    assert summary['optimizer']['counters'] == {
+        'step_guard': {'0': {'skipped': 1}}}
+    assert summary['skipped_steps']['events'] == 0
+    assert summary['skipped_steps']['counters'] == {}
+    # the other guards' outputs stay where they were
+    assert summary['empty_batches']['events'] == 1
+    assert list(summary)[-2:] == ['optimizer', 'other']
+    # without sections, the wrapper's outputs are skipped steps
+    summary = _built(SafetyReportHook(), work_dir,
+                     hub.instance_name)['summary']
+    assert summary['skipped_steps']['events'] == 1
+    assert 'optimizer' not in summary
+
+
+def test_sections_refuse_a_name_that_is_no_registered_guard():
+    with pytest.raises(UnknownGuardError) as info:
+        SafetyReportHook(sections=[('optimizer', ['NanSkipOptimWrapper'])])
+    message = str(info.value)
+    assert "'NanSkipOptimWrapper' is not a registered guard with declared " \
+        'outputs' in message
+    # the names it could have been
+    for name in ('NaNSkipOptimWrapper', 'AmpNaNSkipOptimWrapper',
+                 'HangWatchdogHook', 'ScalarBandsHook', 'SafeRunner'):
+        assert name in message, name

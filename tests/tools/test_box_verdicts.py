@@ -1,16 +1,16 @@
 """Per-box verdicts of the visible/infrared check at night
-(mmsafe/tools_lib/object_offsets.py, box_presence.py, box_matching.py):
+(mmsafe/analysis/object_offsets.py, box_presence.py, box_matching.py):
 dark visible crops with little to match, warm infrared people; an
 infrared folder one file late; cold people; weak alignment; the labels
 drawn on the picture."""
 import numpy as np
 import pytest
 
-from mmsafe.tools_lib import object_offsets as oo
-from mmsafe.tools_lib.box_matching import box_match
-from mmsafe.tools_lib.box_presence import infrared_presence
-from mmsafe.tools_lib.offset_pictures import AGREES, DISAGREES, draw_offsets
-from mmsafe.tools_lib.pair_vis import GAP, draw_pair
+from mmsafe.analysis import object_offsets as oo
+from mmsafe.analysis.box_matching import box_match
+from mmsafe.analysis.box_presence import infrared_presence
+from mmsafe.analysis.offset_pictures import AGREES, DISAGREES, draw_offsets
+from mmsafe.analysis.pair_vis import GAP, draw_pair
 from tests.tools.offset_scenes import (background, draw_people, night,
                                        night_pairs)
 

@@ -1,4 +1,4 @@
-"""Per-box visible/infrared offsets (mmsafe/tools_lib/object_offsets.py),
+"""Per-box visible/infrared offsets (mmsafe/analysis/object_offsets.py),
 calibrated on synthetic scenes whose people are moved by known amounts
 between the visible and the infrared frame (by day: the visible people
 stand out; the night physics are in test_box_verdicts.py)."""
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from mmsafe.datasets.synthetic_llvip import render_pair, synthetic_params
-from mmsafe.tools_lib import object_offsets as oo
-from mmsafe.tools_lib.pair_alignment import (alignment_flag,
-                                             measure_alignment,
-                                             unrelated_pairs)
+from mmsafe.analysis import object_offsets as oo
+from mmsafe.analysis.pair_alignment import (alignment_flag,
+                                            measure_alignment,
+                                            unrelated_pairs)
 from tests.tools.check_dataset_toys import DEMO_SYNTHETIC
 from tests.tools.offset_scenes import (background, draw_people,
                                        random_people, scene_pairs)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from mmsafe.datasets.synthetic_llvip import render_pair, synthetic_params
-from mmsafe.tools_lib.pair_alignment import (measure_alignment,
-                                             unrelated_pairs)
+from mmsafe.analysis.pair_alignment import (measure_alignment,
+                                            unrelated_pairs)
 
 # configs/llvip/demo_cpu.py's generator settings
 DEMO = synthetic_params(num_train=300, num_test=100, img_size=(160, 128),

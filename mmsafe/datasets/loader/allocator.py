@@ -25,6 +25,8 @@ import os
 import sys
 from typing import Callable, Optional
 
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+
 #: ``mallopt`` parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -68,17 +70,18 @@ def check_thresholds(trim_threshold_mb: float,
     """Raise ``ValueError`` for thresholds that ``mallopt`` refuses or that
     would not keep an image's buffers."""
     if not 0 < mmap_threshold_mb <= MAX_MMAP_THRESHOLD_MB:
-        raise ValueError(
+        raise MMSafeValueError(
             f'mmap_threshold_mb must be in (0, {MAX_MMAP_THRESHOLD_MB}] '
             f'(glibc\'s limit), got {mmap_threshold_mb}')
     if trim_threshold_mb < mmap_threshold_mb:
-        raise ValueError(
+        raise MMSafeValueError(
             f'trim_threshold_mb ({trim_threshold_mb}) must be at least '
             f'mmap_threshold_mb ({mmap_threshold_mb}): a block served from '
             'the heap and freed would be given back at once')
     if trim_threshold_mb * 2**20 >= 2**31:
-        raise ValueError(f'trim_threshold_mb must be below 2048 MiB, got '
-                         f'{trim_threshold_mb}')
+        raise MMSafeValueError(
+            f'trim_threshold_mb must be below 2048 MiB, got '
+            f'{trim_threshold_mb}')
 
 
 def keep_freed_memory(trim_threshold_mb: float = 128,
@@ -97,11 +100,11 @@ def keep_freed_memory(trim_threshold_mb: float = 128,
     check_thresholds(trim_threshold_mb, mmap_threshold_mb)
     fn = _find_mallopt()
     if fn is None:
-        raise RuntimeError(f'cannot keep freed memory: {unavailable()}')
+        raise MMSafeRuntimeError(f'cannot keep freed memory: {unavailable()}')
     for name, param, mb in (('M_MMAP_THRESHOLD', M_MMAP_THRESHOLD,
                              mmap_threshold_mb),
                             ('M_TRIM_THRESHOLD', M_TRIM_THRESHOLD,
                              trim_threshold_mb)):
         if fn(param, int(mb * 2**20)) != 1:
-            raise RuntimeError(f'mallopt({name}, {int(mb * 2**20)}) was '
-                               f'refused by {_glibc_version()}')
+            raise MMSafeRuntimeError(f'mallopt({name}, {int(mb * 2**20)}) was '
+                                     f'refused by {_glibc_version()}')

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
+from mmsafe.errors import MMSafeTimeoutError
 from .processes import kill_processes, pid_alive, shutdown_iterator
 from .rebuild import batch_size_of
 
@@ -81,7 +82,7 @@ def probe_fetch(loader: DataLoader, timeout: float,
             for _ in range(num_batches):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError
+                    raise MMSafeTimeoutError
                 # The iterator's per-batch wait; the sum stays within the
                 # probe's deadline.
                 it._timeout = remaining

@@ -8,6 +8,7 @@ from mmcv.transforms import RandomChoiceResize, RandomResize
 from mmcv.transforms import Resize as MMCV_Resize
 from mmengine.dataset import Compose
 
+from mmsafe.errors import MMSafeError, MMSafeValueError
 from .geometry_record import (BOTH, INFRARED, LOG_KEY, VISIBLE,
                               describe_log, flipped_copy, is_pair_aware,
                               log_step, record_step, same_geometry,
@@ -21,7 +22,7 @@ from .pairing_rules import (MIX_ADVICE, UnpairedTransformError, alternative,
 from .photometric import ModalityTransform
 
 
-class PairGeometryError(RuntimeError):
+class PairGeometryError(MMSafeError, RuntimeError):
     """A pipeline step moved one modality of a pair only."""
 
 
@@ -202,7 +203,7 @@ def check_reduced_decode_resize(transforms: Sequence[Any],
                    (isinstance(n, PairedGeometric)
                     and isinstance(n.inner, resizes))
                    for n in transforms[index + 1:]):
-            raise ValueError(
+            raise MMSafeValueError(
                 f'{owner}: pipeline[{index}] {type(t).__name__} decodes '
                 'reduced (reduced_decode) but no paired resize '
                 '(PairedResize, PairedRandomResize, ...) follows it: '

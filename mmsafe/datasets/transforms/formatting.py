@@ -4,6 +4,7 @@ import torch
 
 from mmdet.datasets.transforms import PackDetInputs
 from mmdet.registry import TRANSFORMS
+from mmsafe.errors import MMSafeKeyError, MMSafeValueError
 from .geometry_record import divergence
 from .same_size import chw_tensor
 
@@ -48,14 +49,14 @@ class PackPairedDetInputs(PackDetInputs):
     def transform(self, results: dict) -> dict:
         """Pack ``img``, ``ir_img``, the annotations and the meta keys."""
         if 'ir_img' not in results or 'img' not in results:
-            raise KeyError(
+            raise MMSafeKeyError(
                 'PackPairedDetInputs needs both "img" and "ir_img" (sample '
                 f'{results.get("img_path")}); load pairs with '
                 'LoadPairedImageFromFile.')
         ir_img = results['ir_img']
         diverged = divergence(results)
         if diverged:
-            raise ValueError(
+            raise MMSafeValueError(
                 'PackPairedDetInputs: the visible and infrared images differ '
                 'in size or geometry (sample '
                 f'{results.get("img_path")} | {results.get("ir_img_path")}): '

@@ -9,6 +9,7 @@ from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
 from mmdet.registry import TRANSFORMS
+from mmsafe.errors import MMSafeKeyError, MMSafeOSError, MMSafeValueError
 from mmsafe.events import log
 from .geometry_record import BOTH, INFRARED_KEY, VISIBLE_KEY, log_step
 from .reduced_jpeg_decode import (DECODE_KEY, check_reduced_decode_cfg,
@@ -84,9 +85,9 @@ class LoadPairedImageFromFile(LoadImageFromFile):
             reduced_decode, type(self).__name__,
             (self.color_type, ir_color_type), self.imdecode_backend)
         if on_size_mismatch not in SIZE_MISMATCH_POLICIES:
-            raise ValueError(f'on_size_mismatch must be one of '
-                             f'{SIZE_MISMATCH_POLICIES}, got '
-                             f'{on_size_mismatch!r}')
+            raise MMSafeValueError(f'on_size_mismatch must be one of '
+                                   f'{SIZE_MISMATCH_POLICIES}, got '
+                                   f'{on_size_mismatch!r}')
         self.ir_color_type = ir_color_type
         self.on_size_mismatch = on_size_mismatch
         self._resize_logged = False
@@ -100,9 +101,10 @@ class LoadPairedImageFromFile(LoadImageFromFile):
         except Exception as e:
             if self.ignore_empty:
                 return None
-            raise OSError(f'LoadPairedImageFromFile: cannot read {what} '
-                          f'{which} image {path} ({type(e).__name__}: {e}); '
-                          f'pair: {pair}') from e
+            raise MMSafeOSError(
+                f'LoadPairedImageFromFile: cannot read {what} '
+                f'{which} image {path} ({type(e).__name__}: {e}); '
+                f'pair: {pair}') from e
 
     def _get(self, path: str, which: str, pair: str) -> Optional[bytes]:
         return self._guarded(
@@ -118,7 +120,8 @@ class LoadPairedImageFromFile(LoadImageFromFile):
                                type(self).__name__, path,
                                self.imdecode_backend)
             if img is None:
-                raise ValueError('the file could not be decoded as an image')
+                raise MMSafeValueError(
+                    'the file could not be decoded as an image')
             return img, used
 
         return self._guarded('the', path, which, pair, decode_image)
@@ -141,7 +144,7 @@ class LoadPairedImageFromFile(LoadImageFromFile):
         img_path = results['img_path']
         ir_path = results.get('ir_img_path')
         if ir_path is None:
-            raise KeyError(
+            raise MMSafeKeyError(
                 f'LoadPairedImageFromFile: sample {img_path} has no '
                 "'ir_img_path': the dataset is not paired. Use LLVIPDataset "
                 'with return_modality_pair=True or wrap the dataset in '
@@ -184,7 +187,7 @@ class LoadPairedImageFromFile(LoadImageFromFile):
                     f', decoded at 1/{vis_red} (visible) and 1/{ir_red} '
                     f'(infrared) from files of {ori_shape} and '
                     f'{results["ir_ori_shape"]}')
-                raise ValueError(
+                raise MMSafeValueError(
                     'LoadPairedImageFromFile: visible and infrared sizes '
                     f'differ (visible {img.shape[:2]}, infrared '
                     f'{ir_img.shape[:2]}, as (h, w){decoded}); pair: '

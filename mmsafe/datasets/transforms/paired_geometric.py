@@ -43,6 +43,8 @@ from mmcv.transforms import RandomResize as MMCV_RandomResize
 from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
                                        RandomFlip, Resize)
 from mmdet.registry import TRANSFORMS
+from mmsafe.errors import (MMSafeAttributeError, MMSafeKeyError,
+                           MMSafeRuntimeError)
 from .geometry_record import record_step, visible_geometry
 from .pairing_rules import check_paired_geometric_inner
 from .reduced_jpeg_decode import fold_decode, pending_decode
@@ -92,7 +94,7 @@ def apply_paired(
         infrared run; None when the transform rejects the sample.
     """
     if 'ir_img' not in results:
-        raise KeyError(
+        raise MMSafeKeyError(
             f'{name}: results have no "ir_img" (sample '
             f'{results.get("img_path")}); load pairs with '
             'LoadPairedImageFromFile, or use the plain transform for '
@@ -135,24 +137,25 @@ def apply_paired(
     paths = (f'visible={results.get("img_path")} | '
              f'infrared={results.get("ir_img_path")}')
     if ir_out is None:
-        raise RuntimeError(f'{name} accepted the visible image but rejected '
-                           f'the infrared one ({paths}); it is not pairable.')
+        raise MMSafeRuntimeError(
+            f'{name} accepted the visible image but rejected '
+            f'the infrared one ({paths}); it is not pairable.')
     if not (random.getstate() == py_after
             and _same_rng_state(np.random.get_state(), np_after)
             and torch.equal(torch.get_rng_state(), torch_after)):
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             f'{name} drew different random numbers for the visible and the '
             f'infrared image ({paths}): its randomness depends on the image, '
             'so it cannot be applied identically to both. Use it inside '
             'ModalityTransform only if it is photometric.')
     if out['img'].shape[:2] != ir_out['img'].shape[:2]:
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             f'{name} gave different sizes: visible {out["img"].shape[:2]}, '
             f'infrared {ir_out["img"].shape[:2]} ({paths})')
     for key in GEOMETRY_KEYS:
         if key in out or key in ir_out:
             if not _same(out.get(key), ir_out.get(key)):
-                raise RuntimeError(
+                raise MMSafeRuntimeError(
                     f'{name} gave different {key!r} for the two modalities: '
                     f'visible {out.get(key)}, infrared {ir_out.get(key)} '
                     f'({paths})')
@@ -174,7 +177,7 @@ def _replayed(transform: Callable[[dict], Optional[dict]],
         return None
     ir_out = replay(out, ir_img)
     if out['img'].shape[:2] != ir_out.shape[:2]:
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             f'{name} gave different sizes: visible {out["img"].shape[:2]}, '
             f'infrared {ir_out.shape[:2]} (visible={results.get("img_path")}'
             f' | infrared={results.get("ir_img_path")})')
@@ -187,7 +190,7 @@ def _replayed(transform: Callable[[dict], Optional[dict]],
 def _infrared_view(mixed: dict, name: str) -> dict:
     """A mixed-in sample's results with its infrared image as ``img``."""
     if 'ir_img' not in mixed:
-        raise KeyError(
+        raise MMSafeKeyError(
             f'{name}: a mixed-in sample ({mixed.get("img_path")}) has no '
             '"ir_img": the dataset inside MultiImageMixDataset must load '
             'pairs (LoadPairedImageFromFile).')
@@ -263,7 +266,7 @@ class PairedGeometric(BaseTransform):
         ``MultiImageMixDataset`` looks for); absent for other transforms."""
         fn = getattr(self.inner, 'get_indexes', None)
         if fn is None:
-            raise AttributeError(
+            raise MMSafeAttributeError(
                 f'{type(self.inner).__name__} has no get_indexes')
         return fn
 

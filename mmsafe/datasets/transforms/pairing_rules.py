@@ -22,6 +22,8 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import torch
 
+from mmsafe.errors import MMSafeError
+
 #: MMDetection / MMCV transforms that move the image (by class name; any
 #: subclass counts too)
 _GEOMETRIC = {
@@ -63,7 +65,7 @@ MIX_ADVICE = (
     'PairedRandomResize + PairedRandomCrop + PairedRandomFlip')
 
 
-class UnpairedTransformError(ValueError):
+class UnpairedTransformError(MMSafeError, ValueError):
     """A transform would move or mix one modality of a pair only."""
 
 

@@ -6,6 +6,7 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 
 from mmdet.registry import TRANSFORMS
+from mmsafe.errors import MMSafeKeyError, MMSafeRuntimeError, MMSafeValueError
 from .geometry_record import flipped_copy, homography, same_geometry
 from .pairing_rules import check_modality_inner
 
@@ -47,8 +48,9 @@ class ModalityTransform(BaseTransform):
     def __init__(self, modality: str, transform,
                  restore_dtype: bool = True) -> None:
         if modality not in MODALITIES:
-            raise ValueError(f'modality must be one of {MODALITIES}, got '
-                             f'{modality!r}')
+            raise MMSafeValueError(
+                f'modality must be one of {MODALITIES}, got '
+                f'{modality!r}')
         self.modality = modality
         self.transform_cfg = copy.deepcopy(transform)
         self.inner = TRANSFORMS.build(transform) if isinstance(
@@ -59,8 +61,9 @@ class ModalityTransform(BaseTransform):
     def _apply(self, results: dict, modality: str) -> bool:
         key = _KEY[modality]
         if key not in results:
-            raise KeyError(f'ModalityTransform({modality}): results have no '
-                           f'{key!r} (sample {results.get("img_path")})')
+            raise MMSafeKeyError(
+                f'ModalityTransform({modality}): results have no '
+                f'{key!r} (sample {results.get("img_path")})')
         img = results[key]
         path = results.get('img_path' if key == 'img' else 'ir_img_path')
         sub = dict(img=img, img_shape=img.shape[:2], img_path=path)
@@ -81,7 +84,7 @@ class ModalityTransform(BaseTransform):
             if direction:
                 moved = f'returned it flipped ({direction})'
         if moved:
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 f'ModalityTransform({type(self.inner).__name__}) {moved} on '
                 f'the {modality} image only ({path}): the other modality '
                 'keeps its geometry, so the pair no longer lines up. Wrap '

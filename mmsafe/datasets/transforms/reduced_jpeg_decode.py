@@ -34,6 +34,7 @@ import cv2
 import mmcv
 import numpy as np
 
+from mmsafe.errors import MMSafeValueError
 from mmsafe.events import log
 
 #: results key: (w, h) scale of a reduced decode not yet folded into a resize
@@ -74,29 +75,30 @@ def check_reduced_decode_cfg(cfg: Optional[dict], owner: str,
     if cfg is None:
         return None
     if not isinstance(cfg, dict) or 'scale' not in cfg:
-        raise ValueError(
+        raise MMSafeValueError(
             f'{owner}: reduced_decode must be None or dict(scale=(w, h), '
             f'keep_ratio=True, max_reduction=8), got {cfg!r}')
     unknown = set(cfg) - {'scale', 'keep_ratio', 'max_reduction'}
     if unknown:
-        raise ValueError(f'{owner}: unknown reduced_decode keys '
-                         f'{sorted(unknown)}')
+        raise MMSafeValueError(f'{owner}: unknown reduced_decode keys '
+                               f'{sorted(unknown)}')
     scale = cfg['scale']
     if not (isinstance(scale, (tuple, list)) and len(scale) == 2
             and all(int(s) > 0 for s in scale)):
-        raise ValueError(f'{owner}: reduced_decode scale must be (w, h) '
-                         f'of the following resize, got {scale!r}')
+        raise MMSafeValueError(f'{owner}: reduced_decode scale must be (w, h) '
+                               f'of the following resize, got {scale!r}')
     max_reduction = int(cfg.get('max_reduction', 8))
     if max_reduction not in (1, 2, 4, 8):
-        raise ValueError(f'{owner}: reduced_decode max_reduction must be 1, '
-                         f'2, 4 or 8, got {max_reduction}')
+        raise MMSafeValueError(
+            f'{owner}: reduced_decode max_reduction must be 1, '
+            f'2, 4 or 8, got {max_reduction}')
     if imdecode_backend != 'cv2':
-        raise ValueError(
+        raise MMSafeValueError(
             f'{owner}: reduced_decode needs imdecode_backend=\'cv2\' '
             f'(OpenCV\'s reduced JPEG modes), got {imdecode_backend!r}')
     for color_type in color_types:
         if color_type not in _REDUCED_FLAGS:
-            raise ValueError(
+            raise MMSafeValueError(
                 f'{owner}: reduced_decode decodes color_type \'color\' or '
                 f'\'grayscale\', got {color_type!r}; turn it off for this '
                 'color type')
@@ -221,7 +223,7 @@ def decoded_scale(ori_size: Sequence[int], img: np.ndarray, reduction: int,
     w, h = int(ori_size[0]), int(ori_size[1])
     expected = (math.ceil(h / reduction), math.ceil(w / reduction))
     if img.shape[:2] != expected:
-        raise ValueError(
+        raise MMSafeValueError(
             f'{owner}: {path} decoded to {img.shape[:2]} (h, w) at 1/'
             f'{reduction}, but its header says {w}x{h} (expected '
             f'{expected}); an EXIF orientation may rotate it. Turn '
@@ -244,7 +246,7 @@ def scale_instances(results: dict, scale: Tuple[float, float]) -> None:
             x1, y1, x2, y2 = instance['bbox']
             instance['bbox'] = [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
         if instance.get('mask') is not None:
-            raise ValueError(
+            raise MMSafeValueError(
                 'reduced_decode does not scale masks (sample '
                 f'{results.get("img_path")}); turn it off for mask '
                 'annotations')

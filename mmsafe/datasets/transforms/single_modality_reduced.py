@@ -9,6 +9,7 @@ from mmengine import fileio
 
 from mmdet.datasets.transforms import Resize
 from mmdet.registry import TRANSFORMS
+from mmsafe.errors import MMSafeOSError, MMSafeValueError
 from .geometry_record import VISIBLE_KEY, log_step
 from .reduced_jpeg_decode import (DECODE_KEY, check_reduced_decode_cfg,
                                   choose_reduction, decode, decoded_scale,
@@ -62,12 +63,13 @@ class LoadImageFromFileReduced(LoadImageFromFile):
                 choose_reduction(size, self.reduced_decode),
                 type(self).__name__, path)
             if img is None:
-                raise ValueError('the file could not be decoded as an image')
+                raise MMSafeValueError(
+                    'the file could not be decoded as an image')
         except Exception as e:
             if self.ignore_empty:
                 return None
-            raise OSError(f'{type(self).__name__}: cannot read {path} '
-                          f'({type(e).__name__}: {e})') from e
+            raise MMSafeOSError(f'{type(self).__name__}: cannot read {path} '
+                                f'({type(e).__name__}: {e})') from e
         scale = decoded_scale(size, img, reduction, type(self).__name__,
                               path)
         if self.to_float32:

@@ -1,25 +1,25 @@
 """Image-content alignment of the first visible + infrared pairs.
 
 Each pair, as the pipeline delivers it, is measured with
-:func:`mmsafe.tools_lib.pair_alignment.measure_alignment`; a pair whose
+:func:`mmsafe.analysis.pair_alignment.measure_alignment`; a pair whose
 infrared image matches its partner mirrored or shifted is flagged at once,
 and once enough pairs are measured the partners that match none of them
 (``pair_unrelated``) are named. The per-box visible/infrared offsets of
-the same pairs (:mod:`mmsafe.tools_lib.object_offsets`, the boxes of the
+the same pairs (:mod:`mmsafe.analysis.object_offsets`, the boxes of the
 data samples' ``gt_instances``) flag a pair whose people are offset
 beyond ``max_offset`` pixels (``pair_objects_offset``); their distribution
 is logged when the measurement ends.
 """
 from typing import Any, List, Optional
 
+from mmsafe.analysis.object_offsets import (FINDING, audit_offsets,
+                                            format_summary, offsets_message,
+                                            offsets_summary)
+from mmsafe.analysis.pair_alignment import (alignment_flag,
+                                            measure_alignment,
+                                            unrelated_message,
+                                            unrelated_pairs)
 from mmsafe.events import log
-from mmsafe.tools_lib.object_offsets import (FINDING, audit_offsets,
-                                             format_summary, offsets_message,
-                                             offsets_summary)
-from mmsafe.tools_lib.pair_alignment import (alignment_flag,
-                                             measure_alignment,
-                                             unrelated_message,
-                                             unrelated_pairs)
 
 
 def _pair_flag(kind: str, result: dict, message: str) -> dict:

@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmsafe.tools_lib.pair_vis import draw_pair
+from mmsafe.analysis.pair_vis import draw_pair
 from .batch import valid_crop
 
 

@@ -21,11 +21,12 @@ from mmsafe.datasets.walk import is_paired_dataset
 from mmsafe.dist import get_rank
 from mmsafe.engine.loops import replace_loop_loader
 from mmsafe.engine.rank_channel import share_finding
-from mmsafe.guard_outputs import Counter, Event, Finding
+from mmsafe.errors import MMSafeValueError
+from mmsafe.guard_outputs import Counter, Event, Finding, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
 
-POLICIES = ('auto', 'always', 'off')
+PROBE_MODES = ('auto', 'always', 'off')
 
 
 @HOOKS.register_module()
@@ -57,7 +58,8 @@ class DataLoaderProbeHook(Hook):
     warns when that exceeds the budget, and can cap the workers to fit.
 
     Args:
-        policy (str): ``'auto'`` probes and falls back on a definite
+        probe (str): when the probe runs and what makes it fall back.
+            ``'auto'`` probes and falls back on a definite
             failure (unpicklable under spawn/forkserver, worker crash,
             deadline); a loader it cannot probe is kept with a warning,
             except for spawn/forkserver workers on paired (visible +
@@ -76,28 +78,52 @@ class DataLoaderProbeHook(Hook):
             the budget (at least 1). Defaults to False (only warn).
         paired (bool, optional): whether the data is paired (for
             ``'auto'``); detected from the dataset when None.
+        policy (str, optional): the former name of ``probe``, accepted
+            for one release with a warning that names ``probe``; elsewhere
+            in mmsafe ``policy`` is what a guard does on a finding
+            (``'warn'``/``'raise'``). Defaults to None.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.LOADER_FALLBACKS,
+        events=(Event.DATALOADER_PROBE, Event.DATALOADER_FALLBACK,
+                Event.DATALOADER_LEAK, Event.DATALOADER_MEMORY),
+        counters=(Counter.DATALOADER_PROBE, ),
+        findings=(Finding.DATALOADER_FALLBACK, ))
 
     priority = 'VERY_HIGH'
 
     def __init__(self,
-                 policy: str = 'auto',
+                 probe: str = 'auto',
                  timeout: float = 60.,
                  loaders: Sequence[str] = ('train', 'val', 'test'),
                  memory_budget_mb: Optional[float] = None,
                  memory_fraction: float = 0.5,
                  cap_workers: bool = False,
-                 paired: Optional[bool] = None) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f'DataLoaderProbeHook: policy must be one of '
-                             f'{POLICIES}, got {policy!r}')
+                 paired: Optional[bool] = None,
+                 policy: Optional[str] = None) -> None:
+        if policy is not None:
+            if probe != 'auto':
+                raise MMSafeValueError(
+                    f'DataLoaderProbeHook: probe={probe!r} and policy='
+                    f'{policy!r} given; policy is the former name of '
+                    'probe: give probe only')
+            log(f'DataLoaderProbeHook: policy={policy!r} is deprecated '
+                f'and will be refused in a later release; write '
+                f'probe={policy!r} (when the probe runs: one of '
+                f'{PROBE_MODES}).', logging.WARNING)
+            probe = policy
+        if probe not in PROBE_MODES:
+            raise MMSafeValueError(
+                f'DataLoaderProbeHook: probe must be one of '
+                f'{PROBE_MODES}, got {probe!r}')
         if timeout <= 0:
-            raise ValueError('DataLoaderProbeHook: timeout must be > 0')
+            raise MMSafeValueError('DataLoaderProbeHook: timeout must be > 0')
         unknown = set(loaders) - {'train', 'val', 'test'}
         if unknown:
-            raise ValueError(f'DataLoaderProbeHook: unknown loaders '
-                             f'{sorted(unknown)}')
-        self.policy = policy
+            raise MMSafeValueError(f'DataLoaderProbeHook: unknown loaders '
+                                   f'{sorted(unknown)}')
+        self.probe = probe
         self.timeout = float(timeout)
         self.loaders = tuple(loaders)
         self.memory_budget_mb = memory_budget_mb
@@ -120,7 +146,7 @@ class DataLoaderProbeHook(Hook):
 
     def _maybe_probe(self, runner, name: str, loop: Any) -> None:
         """Probe each named loader once, before its loop's first batch."""
-        if self.policy == 'off' or name not in self.loaders or \
+        if self.probe == 'off' or name not in self.loaders or \
                 name in self._done or loop is None:
             return
         self._done.add(name)
@@ -151,7 +177,7 @@ class DataLoaderProbeHook(Hook):
             self._fallback(runner, name, loop, settings, found.cause,
                            found.seconds)
         elif found.verdict == 'not_probed':
-            strict = self.policy == 'always' or (
+            strict = self.probe == 'always' or (
                 paired and method in PICKLING_START_METHODS)
             if strict:
                 self._fallback(runner, name, loop, settings,
@@ -201,7 +227,7 @@ class DataLoaderProbeHook(Hook):
             'num_workers=0, persistent_workers=False)  (or --cfg-options '
             f'{key}.num_workers=0 {key}.persistent_workers=False); to turn '
             "the probe off: custom_hooks = [dict(type='DataLoaderProbeHook', "
-            "policy='off')].\n" + '!' * 72, logging.WARNING)
+            "probe='off')].\n" + '!' * 72, logging.WARNING)
         write_event(runner.work_dir, Event.DATALOADER_FALLBACK, loader=name,
                     cause=cause, seconds=round(seconds, 3),
                     settings=settings, leaked_workers=len(alive))

@@ -14,7 +14,9 @@ from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding, Sync
+from mmsafe.errors import MMSafeValueError
+from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+                                  Section, Sync)
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
 # The monitor-sync name of this hook, and the skip reason it gives the
@@ -94,6 +96,13 @@ class EmptyBatchSyncHook(Hook):
             parameters on other inputs too). Defaults to False.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.EMPTY_BATCHES,
+        events=(Event.EMPTY_BATCH, ),
+        counters=(Counter.EMPTY_BATCH, ),
+        findings=(Finding.EMPTY_BATCH, ),
+        sync=(Sync.EMPTY_BATCH, ))
+
     priority = 'NORMAL'
 
     def __init__(self, skip_all_empty: bool = False,
@@ -121,7 +130,7 @@ class EmptyBatchSyncHook(Hook):
         """Hook the model's forward; check the opt-in's requirement."""
         if self.skip_all_empty and not isinstance(runner.optim_wrapper,
                                                   NaNSkipOptimWrapper):
-            raise ValueError(
+            raise MMSafeValueError(
                 '[mmsafe] EmptyBatchSyncHook(skip_all_empty=True) needs '
                 "optim_wrapper=dict(type='NaNSkipOptimWrapper', ...) (or "
                 "'AmpNaNSkipOptimWrapper'), which can skip a step; got "

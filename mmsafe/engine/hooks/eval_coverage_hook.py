@@ -9,7 +9,8 @@ from mmdet.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from mmsafe.events import log, log_once, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
@@ -83,6 +84,12 @@ class EvalCoverageHook(Hook):
             validation's. Defaults to True.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.EVAL_COVERAGE,
+        events=(Event.EVAL_COVERAGE, Event.EVAL_COVERAGE_ERROR,
+                Event.EVAL_IDENTICAL),
+        counters=(Counter.EVAL_COVERAGE, ))
+
     priority = 'NORMAL'
 
     def __init__(self,
@@ -90,8 +97,8 @@ class EvalCoverageHook(Hook):
                  check_test: bool = True,
                  warn_identical: bool = True) -> None:
         if policy not in _POLICIES:
-            raise ValueError(f'EvalCoverageHook.policy must be one of '
-                             f'{_POLICIES}, got {policy!r}')
+            raise MMSafeValueError(f'EvalCoverageHook.policy must be one of '
+                                   f'{_POLICIES}, got {policy!r}')
         self.policy = policy
         self.check_test = check_test
         self.warn_identical = warn_identical
@@ -204,7 +211,7 @@ class EvalCoverageHook(Hook):
                         stage=stage, problems=problems,
                         iter=train_progress(runner)[1])
             if self.policy == 'raise':
-                raise RuntimeError(
+                raise MMSafeRuntimeError(
                     f'[mmsafe] (rank {get_rank()}) {message}. Set '
                     "EvalCoverageHook's policy='warn' to log instead.")
             log(message, logging.ERROR)

@@ -17,7 +17,8 @@ from mmdet.registry import HOOKS
 from mmsafe.engine.first_batch_stats import (PairAlignment, analyse_batch,
                                              visualize_pairs)
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 
 
@@ -49,13 +50,13 @@ class FirstBatchStatsHook(Hook):
 
     Pair alignment (``alignment=True``): the first ``alignment_pairs``
     pairs, as the pipeline delivers them, are measured with
-    :func:`mmsafe.tools_lib.pair_alignment.measure_alignment`. A pair whose
+    :func:`mmsafe.analysis.pair_alignment.measure_alignment`. A pair whose
     infrared image matches its partner mirrored (``pair_mirrored``) or
     shifted (``pair_shifted``) is a warning naming both files; when hardly
     any of those pairs matches at all, the partners are from other frames
     (``pair_unrelated``). It costs a few milliseconds per pair. The same
     pairs' boxes (``gt_instances.bboxes``) are measured one by one
-    (:mod:`mmsafe.tools_lib.object_offsets`): a pair whose people are
+    (:mod:`mmsafe.analysis.object_offsets`): a pair whose people are
     offset between visible and infrared by more than ``max_offset``
     pixels (median over its boxes, original resolution) is a
     ``pair_objects_offset`` warning (an infrared partner from another
@@ -91,6 +92,11 @@ class FirstBatchStatsHook(Hook):
             flagged. Defaults to 8.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        events=(Event.FIRST_BATCH_STATS, Event.FIRST_BATCH_FLAG),
+        counters=(Counter.FIRST_BATCH_STATS, ))
+
     priority = 'NORMAL'
 
     def __init__(self,
@@ -104,10 +110,11 @@ class FirstBatchStatsHook(Hook):
                  alignment_pairs: int = 16,
                  max_offset: float = 8.0) -> None:
         if on_fault not in ('warn', 'raise'):
-            raise ValueError(f"on_fault must be 'warn' or 'raise', got "
-                             f'{on_fault!r}')
+            raise MMSafeValueError(f"on_fault must be 'warn' or 'raise', got "
+                                   f'{on_fault!r}')
         if loaded_channel_order not in ('bgr', 'rgb'):
-            raise ValueError("loaded_channel_order must be 'bgr' or 'rgb'")
+            raise MMSafeValueError(
+                "loaded_channel_order must be 'bgr' or 'rgb'")
         self.num_batches = int(num_batches)
         self.max_vis = int(max_vis)
         self.on_fault = on_fault
@@ -196,7 +203,7 @@ class FirstBatchStatsHook(Hook):
         if self._seen >= self.num_batches:
             self._remove()
         if captured['flags'] and self.on_fault == 'raise':
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 'FirstBatchStatsHook: broken inputs in the first batch: ' +
                 '; '.join(f['message'] for f in captured['flags']) +
                 " (on_fault='warn' only logs them)")
@@ -236,7 +243,7 @@ class FirstBatchStatsHook(Hook):
     def _report_pair_flags(self, runner, flags: List[dict]) -> None:
         self._emit_flags(runner, flags)
         if flags and self.on_fault == 'raise':
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 'FirstBatchStatsHook: misaligned pairs: ' +
                 '; '.join(f['message'] for f in flags) +
                 " (on_fault='warn' only logs them)")

@@ -10,6 +10,8 @@ from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter,
                                          Heartbeat, WatchdogThread)
 from mmsafe.engine.hang_watchdog import heartbeat as ph
 from mmsafe.engine.hang_watchdog.marks import PhaseMarks
+from mmsafe.errors import MMSafeValueError
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 
 
 @HOOKS.register_module()
@@ -69,6 +71,11 @@ class HangWatchdogHook(Hook):
             Defaults to True.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.WATCHDOG_EVENTS,
+        events=(Event.HANG, Event.HANG_ABORT),
+        counters=(Counter.HANG_WATCHDOG, ))
+
     priority = 'LOWEST'  # runs last: its marks name what comes next
 
     def __init__(self,
@@ -83,7 +90,7 @@ class HangWatchdogHook(Hook):
                             ('first_iter_timeout', first_iter_timeout),
                             ('val_timeout', val_timeout)):
             if value <= 0:
-                raise ValueError(f'HangWatchdogHook: {name} must be > 0')
+                raise MMSafeValueError(f'HangWatchdogHook: {name} must be > 0')
         self.timeout = float(timeout)
         self.first_iter_timeout = float(first_iter_timeout)
         self.val_timeout = float(val_timeout)
@@ -153,33 +160,10 @@ class HangWatchdogHook(Hook):
         self._training = False
         self._mark()
 
-    def before_train_epoch(self, runner) -> None:
-        self._hb.first = True
-        self._mark(ph.DATA)
-
-    def after_train_epoch(self, runner) -> None:
-        self._mark(ph.EPOCH_END)
-
-    def before_train_iter(self, runner, batch_idx: int,
-                          data_batch=None) -> None:
-        self._hb.batch_idx = batch_idx
-        self._marks.new_iteration()
-        self._mark(ph.PREPROCESS)
-
-    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
-                         outputs=None) -> None:
-        self._hb.first = False
-        self._mark(ph.DATA)
-
     # -------------------------------------------------- evaluation --
     def _begin_eval(self, stage: str) -> None:
         self._marks.stage = stage
         self._mark(self._eval_phase('data'))
-
-    def _eval_iter(self, batch_idx: int) -> None:
-        self._hb.batch_idx = batch_idx
-        self._marks.new_iteration()
-        self._mark(self._eval_phase('data preprocessing'))
 
     def _end_eval(self) -> None:
         if self._training:
@@ -191,39 +175,41 @@ class HangWatchdogHook(Hook):
     def before_val(self, runner) -> None:
         self._begin_eval('validation')
 
-    def before_val_epoch(self, runner) -> None:
-        self._mark(self._eval_phase('data'))
-
-    def before_val_iter(self, runner, batch_idx: int,
-                        data_batch=None) -> None:
-        self._eval_iter(batch_idx)
-
-    def after_val_iter(self, runner, batch_idx: int, data_batch=None,
-                       outputs=None) -> None:
-        self._mark(self._eval_phase('data / evaluation'))
-
-    def after_val_epoch(self, runner, metrics=None) -> None:
-        self._mark(self._eval_phase('end'))
-
     def after_val(self, runner) -> None:
         self._end_eval()
 
     def before_test(self, runner) -> None:
         self._begin_eval('test')
 
-    def before_test_epoch(self, runner) -> None:
-        self._mark(self._eval_phase('data'))
-
-    def before_test_iter(self, runner, batch_idx: int,
-                         data_batch=None) -> None:
-        self._eval_iter(batch_idx)
-
-    def after_test_iter(self, runner, batch_idx: int, data_batch=None,
-                        outputs=None) -> None:
-        self._mark(self._eval_phase('data / evaluation'))
-
-    def after_test_epoch(self, runner, metrics=None) -> None:
-        self._mark(self._eval_phase('end'))
-
     def after_test(self, runner) -> None:
         self._end_eval()
+
+    # ------------------------------- epochs and iterations, every mode --
+    # MMEngine's Hook sends before/after_{train,val,test}_{epoch,iter}
+    # here with ``mode``; validation and test are marked alike, with the
+    # stage that before_val/before_test set.
+    def _before_epoch(self, runner, mode: str = 'train') -> None:
+        if mode == 'train':
+            self._hb.first = True
+            self._mark(ph.DATA)
+        else:
+            self._mark(self._eval_phase('data'))
+
+    def _after_epoch(self, runner, mode: str = 'train') -> None:
+        self._mark(ph.EPOCH_END if mode == 'train' else
+                   self._eval_phase('end'))
+
+    def _before_iter(self, runner, batch_idx: int, data_batch=None,
+                     mode: str = 'train') -> None:
+        self._hb.batch_idx = batch_idx
+        self._marks.new_iteration()
+        self._mark(ph.PREPROCESS if mode == 'train' else
+                   self._eval_phase('data preprocessing'))
+
+    def _after_iter(self, runner, batch_idx: int, data_batch=None,
+                    outputs=None, mode: str = 'train') -> None:
+        if mode == 'train':
+            self._hb.first = False
+            self._mark(ph.DATA)
+        else:
+            self._mark(self._eval_phase('data / evaluation'))

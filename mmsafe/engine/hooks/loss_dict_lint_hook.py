@@ -13,7 +13,9 @@ from mmsafe.engine.loss_dict_lint.weight_probe import probe_loss_weights
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding, Sync
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+                                  Section, Sync)
 from mmsafe.events import log, update_counters, write_event
 
 _FINDINGS = Sync.LOSS_DICT_FINDINGS
@@ -70,6 +72,13 @@ class LossDictLintHook(Hook):
             pairs and the full sum are tried numerically. Defaults to 12.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        events=(Event.LOSS_DICT_LINT, ),
+        counters=(Counter.LOSS_DICT_LINT, ),
+        findings=(Finding.LOSS_DICT_LINT, ),
+        sync=(Sync.LOSS_DICT_FINDINGS, ))
+
     priority = 'NORMAL'
 
     def __init__(self,
@@ -80,8 +89,8 @@ class LossDictLintHook(Hook):
                  atol: float = 1e-7,
                  max_subset_keys: int = 12) -> None:
         if policy not in _POLICIES:
-            raise ValueError(f'LossDictLintHook.policy must be one of '
-                             f'{_POLICIES}, got {policy!r}')
+            raise MMSafeValueError(f'LossDictLintHook.policy must be one of '
+                                   f'{_POLICIES}, got {policy!r}')
         self.policy = policy
         self.check_weights = check_weights
         self.weight_scale = weight_scale
@@ -175,5 +184,5 @@ class LossDictLintHook(Hook):
                    + (f'rank {get_rank()}:\n  - ' + '\n  - '.join(mine)
                       if mine else f'rank {get_rank()} found none itself, '
                       'see the other ranks\' logs'))
-        raise RuntimeError(f'[mmsafe] {message}\nSet LossDictLintHook '
-                           "policy='warn' to only log this.")
+        raise MMSafeRuntimeError(f'[mmsafe] {message}\nSet LossDictLintHook '
+                                 "policy='warn' to only log this.")

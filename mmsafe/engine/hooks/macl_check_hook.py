@@ -13,8 +13,10 @@ from mmsafe.engine.macl_check.signals import (PROBLEMS, HeadReach,
 from mmsafe.engine.macl_check.verdicts import MACLVerdicts
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.errors import MMSafeValueError
 from mmsafe.events import batch_file_names, log_once, update_scalar
-from mmsafe.guard_outputs import Scalar, Sync
+from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+                                  Scalar, Section, Sync)
 
 _POLICIES = ('warn', 'raise')
 # Values every rank posts to the monitor sync (declared in before_run).
@@ -94,6 +96,15 @@ class MACLCheckHook(Hook):
             to False.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.MACL_CHECK,
+        events=(Event.MACL_PRESENCE_LOCAL, Event.MACL_PRESENCE,
+                Event.MACL_CHANCE, Event.MACL_CONTROL),
+        counters=(Counter.MACL_CHECK, ),
+        scalars=(Scalar.MACL_CHANCE_RATIO, ),
+        findings=(Finding.MACL_PROBLEM, ),
+        sync=(Sync.MACL_CHECK, ))
+
     priority = 'NORMAL'
 
     def __init__(self,
@@ -111,8 +122,8 @@ class MACLCheckHook(Hook):
                  constant_iters: int = 20,
                  required: bool = False) -> None:
         if policy not in _POLICIES:
-            raise ValueError(f'MACLCheckHook.policy must be one of '
-                             f'{_POLICIES}, got {policy!r}')
+            raise MMSafeValueError(f'MACLCheckHook.policy must be one of '
+                                   f'{_POLICIES}, got {policy!r}')
         self.loss_key = loss_key
         self.policy = policy
         self.head_path = head

@@ -14,9 +14,11 @@ from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, is_distributed
 from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
+from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event, Sync
+from mmsafe.errors import MMSafeRuntimeError
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -107,6 +109,12 @@ class PreemptionHook(Hook):
             saved (default 75, ``EX_TEMPFAIL``).
     """
 
+    guard_outputs = GuardOutputs(
+        Section.PREEMPTION,
+        events=(Event.PREEMPTED, ),
+        counters=(Counter.PREEMPTION, ),
+        sync=(Sync.PREEMPTION_REQUEST, ))
+
     priority = 'LOWEST'  # after every other hook of the iteration
 
     def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS,
@@ -149,7 +157,7 @@ class PreemptionHook(Hook):
         # _reset_in_child.)
         previous = self._previous.get(signal.Signals(signum))
         runner = self._runner
-        channel = getattr(runner, 'rank_channel', None)
+        channel = run_context(runner).rank_channel
         if channel is not None and channel.peer_failures:
             # The launcher tears down a run whose other rank failed.
             self._restore_handlers()
@@ -211,10 +219,8 @@ class PreemptionHook(Hook):
             if (self._sync.sync(runner) and self._decided_at is None
                     and self._sync.last(REQUEST) > 0):
                 self._decided_at = runner.iter + 1
-                self._requested_by = self._sync.last_ranks(REQUEST)
         elif self._received and self._decided_at is None:
             self._decided_at = runner.iter + 1
-            self._requested_by = [0]
         if self._decided_at is None or not _optimizer_stepped(runner):
             return
         if self.is_last_train_iter(runner):
@@ -238,7 +244,7 @@ class PreemptionHook(Hook):
                     buffers=rank_buffers(runner.model) if get_rank() else {})
         states = all_gather_object(mine)
         if {s['iter'] for s in states} != {done}:
-            raise RuntimeError(
+            raise MMSafeRuntimeError(
                 '[mmsafe] PreemptionHook: ranks stopped at different '
                 'iterations: ' + ', '.join(
                     f"rank {s['rank']}: {s['iter']}" for s in states))

@@ -13,9 +13,11 @@ from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
                                                  parameter_indices)
 from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
+from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Event, Finding
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
+from mmsafe.guard_outputs import Counter, Event, Finding, GuardOutputs, Section
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
 
@@ -96,14 +98,20 @@ class RankFaultHook(Hook):
             then stop within seconds, naming it).
     """
 
+    guard_outputs = GuardOutputs(
+        Section.RANK_FAULTS,
+        events=(Event.RANK_FAULT_LOSS_TERMS, ),
+        counters=(Counter.RANK_FAULTS, ),
+        findings=(Finding.RANK_FAULT_LOSS_TERMS, ))
+
     # after_train_iter runs before the other hooks' (their monitoring
     # sync must not meet a rank whose gradient reduction is unfinished)
     priority = 'VERY_HIGH'
 
     def __init__(self, policy: str = 'warn') -> None:
         if policy not in _POLICIES:
-            raise ValueError(f'RankFaultHook.policy must be one of '
-                             f'{_POLICIES}, got {policy!r}')
+            raise MMSafeValueError(f'RankFaultHook.policy must be one of '
+                                   f'{_POLICIES}, got {policy!r}')
         self.policy = policy
         self.watch = LossTermWatch()
         self._handle = None
@@ -119,7 +127,7 @@ class RankFaultHook(Hook):
 
     # ------------------------------------------------------------------ #
     def before_run(self, runner) -> None:
-        self._channel = getattr(runner, 'rank_channel', None)
+        self._channel = run_context(runner).rank_channel
         self._work_dir = runner.work_dir
 
     def before_train(self, runner) -> None:
@@ -209,8 +217,8 @@ class RankFaultHook(Hook):
         share_finding(Finding.RANK_FAULT_LOSS_TERMS, message, level, it)
         if self.policy == 'raise' and (change['missing']
                                        or change['detached']):
-            raise RuntimeError(f'[mmsafe] {message}\nSet RankFaultHook '
-                               "policy='warn' to only report this.")
+            raise MMSafeRuntimeError(f'[mmsafe] {message}\nSet RankFaultHook '
+                                     "policy='warn' to only report this.")
 
     def _describe(self, change: Dict, rank: int, files: List[str]) -> str:
         watch, it = self.watch, change['iter']

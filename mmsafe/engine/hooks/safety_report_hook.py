@@ -16,8 +16,8 @@ from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
-from mmsafe.guard_outputs import (GUARD_OUTPUTS, SECTION_ORDER, Counter,
-                                  Section, section_of)
+from mmsafe.guard_outputs import (SECTION_ORDER, Counter, DeclaredOutputs,
+                                  Section, collect)
 
 REPORT_FILE = 'safety_report.json'
 
@@ -38,10 +38,10 @@ class SafetyReportHook(Hook):
     Both are grouped into sections (rank faults, skipped steps by cause,
     empty batches, loader fallbacks, watchdog events, MACL check,
     evaluation coverage, preemption, resumes): each event kind and counter
-    key goes to the section its guard declares in
-    :data:`mmsafe.guard_outputs.GUARD_OUTPUTS`; guards without a section of
-    their own, and names no guard declares, land in ``other``. The raw
-    counters and event counts are kept in the report as well.
+    key goes to the section its guard declares on its class (its
+    ``guard_outputs``, :mod:`mmsafe.guard_outputs`); guards without a
+    section of their own, and names no guard declares, land in ``other``.
+    The raw counters and event counts are kept in the report as well.
 
     When it runs:
 
@@ -67,9 +67,14 @@ class SafetyReportHook(Hook):
 
     Args:
         sections (Sequence[tuple], optional): ``(section, guards)`` pairs
-            that move the outputs of the named guards to ``section`` (see
+            that move the outputs of the named guards (registered type
+            names, e.g. ``'NaNSkipOptimWrapper'``) to ``section`` (see
             :class:`SafetyReport`).
         max_causes (int): causes listed per section in the log table.
+
+    Raises:
+        mmsafe.guard_outputs.UnknownGuardError: a name in ``sections`` is
+            no registered guard with declared outputs.
     """
 
     priority = 'VERY_LOW'  # after every other hook's after_run
@@ -137,16 +142,24 @@ class SafetyReportHook(Hook):
 class SafetyReport:
     """Builds the report of a run from the events file and the counters of
     every rank, grouped into sections: an event kind or counter key goes to
-    the section of the guard that declares it
-    (:data:`mmsafe.guard_outputs.GUARD_OUTPUTS`).
+    the section of the guard that declares it (the ``guard_outputs`` of its
+    class, collected from the registries by
+    :func:`mmsafe.guard_outputs.collect`).
 
     Args:
         sections (Sequence[tuple], optional): ``(section, guards)`` pairs
-            that move the outputs of the named guards (the ``guard`` of
-            their :class:`~mmsafe.guard_outputs.GuardOutputs`, e.g.
-            ``'ScalarBandsHook'``) to ``section``, a new one or one of
-            :data:`~mmsafe.guard_outputs.SECTION_ORDER`.
+            that move the outputs of the named guards to ``section``, a new
+            one or one of :data:`~mmsafe.guard_outputs.SECTION_ORDER`. A
+            guard is named by its registered type name, as a config writes
+            it (``'ScalarBandsHook'``, ``'NaNSkipOptimWrapper'``; a
+            registered subclass that inherits the outputs, such as
+            ``'AmpNaNSkipOptimWrapper'``, names them too).
         max_causes (int): causes listed per section in the log table.
+
+    Raises:
+        mmsafe.guard_outputs.UnknownGuardError: a name in ``sections`` is
+            no registered guard with declared outputs (the message lists
+            those that are).
     """
 
     def __init__(
@@ -155,8 +168,10 @@ class SafetyReport:
             max_causes: int = 4) -> None:
         self.sections = tuple(
             (name, tuple(guards)) for name, guards in (sections or ()))
-        self._moved = {guard: name for name, guards in self.sections
-                       for guard in guards}
+        table = collect()
+        # the declaring guard's name -> the section its outputs move to
+        self._moved = {table.guard(guard).name: name
+                       for name, guards in self.sections for guard in guards}
         self.max_causes = max_causes
 
     @staticmethod
@@ -169,9 +184,11 @@ class SafetyReport:
         }
         return dict(rank=get_rank(), counters=counters)
 
-    def section_of(self, name: str) -> str:
-        """The section of an event kind or counter key."""
-        return section_of(name, self._moved)
+    def section_of(self, name: str,
+                   table: Optional[DeclaredOutputs] = None) -> str:
+        """The section of an event kind or counter key, by ``table`` (the
+        outputs declared now when None)."""
+        return (table or collect()).section_of(name, self._moved)
 
     def build(self, runner, status: str, exc: Optional[BaseException],
               states: List[Dict[str, Any]],
@@ -181,9 +198,10 @@ class SafetyReport:
         ended reads ``'preempted'``), exception, root cause, progress,
         sections, counters."""
         events = _read_events(runner.work_dir)
+        table = collect()
         # mmsafe's sections, then those of plugins' guards and overrides
         names = list(SECTION_ORDER)
-        for name in [entry.section for entry in GUARD_OUTPUTS] + [
+        for name in [guard.outputs.section for guard in table.guards] + [
                 n for n, _ in self.sections]:
             if name not in names and name != Section.OTHER:
                 names.append(name)
@@ -196,11 +214,11 @@ class SafetyReport:
         for record in events:
             kind = str(record.get('kind', 'unknown'))
             by_kind[kind] = by_kind.get(kind, 0) + 1
-            section = summary[self.section_of(kind)]
+            name = self.section_of(kind, table)
+            section = summary[name]
             section['events'] += 1
             section['last'] = record
             it = record.get('iter')
-            name = self.section_of(kind)
             if it is not None:
                 seen_iters.setdefault(name, set()).add(it)
             # One cause per (iteration, cause): ranks that report the same
@@ -219,7 +237,8 @@ class SafetyReport:
             for guard, values in state['counters'].items():
                 counters.setdefault(guard, {})[str(state['rank'])] = values
         for guard, per_rank in counters.items():
-            summary[self.section_of(guard)]['counters'][guard] = per_rank
+            summary[self.section_of(guard, table)]['counters'][guard] = \
+                per_rank
         # completed iterations (the hub's 'iter' is the current index)
         epoch, it, max_iters = train_progress(runner)
         preemption = runner.message_hub.get_info(INFO_PREFIX +

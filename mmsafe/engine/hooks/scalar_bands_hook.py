@@ -15,7 +15,8 @@ from mmsafe.dist import (all_gather_object, all_reduce_sum,
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.runner import StopTraining
 from mmsafe.engine.utils import train_progress
-from mmsafe.guard_outputs import Counter, Event, Sync
+from mmsafe.errors import MMSafeValueError
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 
 STOP_VOTE = Sync.BAND_STOP
@@ -56,12 +57,13 @@ class Band:
                  action: str = 'warn',
                  patience: int = 1) -> None:
         if action not in ACTIONS:
-            raise ValueError(f'band {key!r}: action must be one of '
-                             f'{ACTIONS}, got {action!r}')
+            raise MMSafeValueError(f'band {key!r}: action must be one of '
+                                   f'{ACTIONS}, got {action!r}')
         if min is None and max is None and not finite:
-            raise ValueError(f'band {key!r} sets none of min, max, finite')
+            raise MMSafeValueError(
+                f'band {key!r} sets none of min, max, finite')
         if patience < 1:
-            raise ValueError(f'band {key!r}: patience must be >= 1')
+            raise MMSafeValueError(f'band {key!r}: patience must be >= 1')
         self.key = key
         self.min = min
         self.max = max
@@ -148,13 +150,19 @@ class ScalarBandsHook(Hook):
         save_checkpoint (bool): Save a checkpoint on stop. Defaults to True.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        events=(Event.BAND_VIOLATION, Event.BAND_STOP),
+        counters=(Counter.SCALAR_BANDS, ),
+        sync=(Sync.BAND_STOP, ))
+
     priority = 'NORMAL'
 
     def __init__(self, bands: Sequence[dict],
                  save_checkpoint: bool = True) -> None:
         self.bands: List[Band] = [Band(**dict(b)) for b in bands]
         if not self.bands:
-            raise ValueError('ScalarBandsHook needs at least one band')
+            raise MMSafeValueError('ScalarBandsHook needs at least one band')
         self.save_checkpoint = save_checkpoint
         self._has_train_stop = any(b.action == 'stop' for b in self.bands)
         self._sync = None

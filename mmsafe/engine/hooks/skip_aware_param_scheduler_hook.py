@@ -5,7 +5,7 @@ from typing import Optional
 from mmengine.hooks import ParamSchedulerHook
 
 from mmdet.registry import HOOKS
-from mmsafe.guard_outputs import Counter
+from mmsafe.guard_outputs import Counter, GuardOutputs, Section
 from mmsafe.events import log, update_counters
 
 
@@ -30,6 +30,10 @@ class SkipAwareParamSchedulerHook(ParamSchedulerHook):
     With an optim wrapper that never skips (not mmsafe's) it behaves exactly
     like ``ParamSchedulerHook``.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        counters=(Counter.PARAM_SCHEDULER, ))
 
     def __init__(self) -> None:
         self._skipped_seen = 0

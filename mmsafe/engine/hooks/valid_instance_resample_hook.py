@@ -11,7 +11,7 @@ from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
                                                      RESAMPLED_FROM_PATH)
 from mmsafe.dist import get_world_size
 from mmsafe.engine.monitor_sync import monitor_sync_of
-from mmsafe.guard_outputs import Counter, Event, Sync
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 
 RESAMPLED = Sync.RESAMPLED
@@ -42,6 +42,12 @@ class ValidInstanceResampleHook(Hook):
             counted (and summed over ranks at the log interval). Defaults
             to 20.
     """
+
+    guard_outputs = GuardOutputs(
+        Section.OTHER,
+        events=(Event.INSTANCE_RESAMPLE, ),
+        counters=(Counter.VALID_INSTANCE_RESAMPLE, ),
+        sync=(Sync.RESAMPLED, ))
 
     priority = 'NORMAL'
 

@@ -5,6 +5,7 @@ import logging
 from typing import Dict, Optional
 
 from mmsafe.dist import get_rank, get_world_size
+from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.guard_outputs import Counter, Event, Finding
 from mmsafe.events import log, log_once, update_counters, write_event
 from mmsafe.engine.rank_channel import share_finding
@@ -101,8 +102,8 @@ class MACLVerdicts:
                     problems=sorted(found), policy=self.policy,
                     files=files, ranks=ranks)
         if self.policy == 'raise':
-            raise RuntimeError(f'[mmsafe] {message} Set MACLCheckHook '
-                               "policy='warn' to only log this.")
+            raise MMSafeRuntimeError(f'[mmsafe] {message} Set MACLCheckHook '
+                                     "policy='warn' to only log this.")
         # A new kind of problem is logged at once, a lasting one at powers
         # of two.
         self._streaks.log('problems:' + ','.join(sorted(found)), message,

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from mmdet.registry import OPTIM_WRAPPERS
 from mmsafe.compat import autocast_dtype, cpu_autocast_dtypes, grad_scaler
+from mmsafe.errors import MMSafeRuntimeError, MMSafeTypeError, MMSafeValueError
 from .cpu_autocast_errors import cpu_autocast_op_message, mmcv_op_frame
 from .nan_skip_optim_wrapper import NaNSkipOptimWrapper
 from .skip_report import AMP_OVERFLOW, NONFINITE_GRAD
@@ -85,22 +86,24 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
         elif isinstance(loss_scale, dict):
             unknown = sorted(set(loss_scale) - set(_SCALER_ARGS))
             if unknown:
-                raise TypeError(f'unknown GradScaler arguments {unknown} in '
-                                f'loss_scale; valid: {list(_SCALER_ARGS)}')
+                raise MMSafeTypeError(
+                    f'unknown GradScaler arguments {unknown} in '
+                    f'loss_scale; valid: {list(_SCALER_ARGS)}')
             self.loss_scaler = grad_scaler(device_type, **loss_scale)
         else:
-            raise TypeError('loss_scale must be a float, a dict or '
-                            f'"dynamic", got {loss_scale!r}')
+            raise MMSafeTypeError('loss_scale must be a float, a dict or '
+                                  f'"dynamic", got {loss_scale!r}')
         if isinstance(dtype, str):
             if dtype not in _VALID_DTYPES:
-                raise ValueError(f'dtype must be one of {_VALID_DTYPES}, got '
-                                 f'{dtype!r}')
+                raise MMSafeValueError(
+                    f'dtype must be one of {_VALID_DTYPES}, got '
+                    f'{dtype!r}')
             dtype = getattr(torch, dtype)
         if device_type == 'cpu' and dtype in (torch.float16, torch.bfloat16) \
                 and dtype not in cpu_autocast_dtypes():
             usable = [str(d).replace('torch.', '')
                       for d in cpu_autocast_dtypes()]
-            raise ValueError(
+            raise MMSafeValueError(
                 f'CPU autocast of this torch ({torch.__version__}) supports '
                 f'{usable} only, not {str(dtype).replace("torch.", "")}: set '
                 f"optim_wrapper.dtype='bfloat16' (or leave it out), or train "
@@ -124,7 +127,7 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
                          if self.device_type == 'cpu' else None)
                 if frame is None:
                     raise
-                raise RuntimeError(
+                raise MMSafeRuntimeError(
                     cpu_autocast_op_message(
                         frame, exc, autocast_dtype('cpu'))) from exc
 

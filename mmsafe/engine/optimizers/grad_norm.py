@@ -4,6 +4,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.events import update_scalar
 from mmsafe.guard_outputs import Scalar
 
@@ -28,12 +29,12 @@ def parse_module_rules(rules: Optional[Sequence[dict]]) -> List[dict]:
     for rule in rules or []:
         rule = dict(rule)
         if 'pattern' not in rule or 'max_norm' not in rule:
-            raise ValueError('each clip_grad_per_module entry needs '
-                             f'`pattern` and `max_norm`, got {rule}')
+            raise MMSafeValueError('each clip_grad_per_module entry needs '
+                                   f'`pattern` and `max_norm`, got {rule}')
         unknown = set(rule) - {'pattern', 'max_norm', 'norm_type'}
         if unknown:
-            raise ValueError(f'unknown keys {sorted(unknown)} in '
-                             f'clip_grad_per_module entry {rule}')
+            raise MMSafeValueError(f'unknown keys {sorted(unknown)} in '
+                                   f'clip_grad_per_module entry {rule}')
         parsed.append(
             dict(pattern=rule['pattern'],
                  regex=re.compile(rule['pattern']),
@@ -53,7 +54,7 @@ def clip_per_module(params: List[torch.Tensor], rules: List[dict],
         ValueError: a pattern matches no parameter with a gradient.
     """
     if not param_names:
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             '[mmsafe] clip_grad_per_module needs the parameter names of '
             'the model; they are learnt in optim_context(), which '
             "MMEngine's train_step calls. Call optim_context(model) "
@@ -69,7 +70,7 @@ def clip_per_module(params: List[torch.Tensor], rules: List[dict],
         if not group:
             known = sorted({n.rsplit('.', 1)[0]
                             for n in param_names.values()})[:20]
-            raise ValueError(
+            raise MMSafeValueError(
                 f"[mmsafe] clip_grad_per_module pattern "
                 f"{rule['pattern']!r} matches no parameter with a "
                 f'gradient. Some module names: {known}')

@@ -35,7 +35,8 @@ from torch.optim import Optimizer
 from mmdet.registry import OPTIM_WRAPPERS
 from mmsafe.dist import current_iter
 from mmsafe.engine.utils import unwrap_model
-from mmsafe.guard_outputs import Counter, Scalar
+from mmsafe.errors import MMSafeValueError
+from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Scalar, Section
 from mmsafe.events import batch_file_names, update_counters, update_scalar
 from .grad_norm import clip_per_module, parse_module_rules, total_norm
 from .skip_report import (NONFINITE_GRAD, ZERO_GRAD, plain, record_skip,
@@ -106,6 +107,14 @@ class NaNSkipOptimWrapper(OptimWrapper):
             exactly 0 (reason ``zero_grad``). Defaults to True.
     """
 
+    guard_outputs = GuardOutputs(
+        Section.SKIPPED_STEPS,
+        events=(Event.STEP_SKIP, ),
+        counters=(Counter.STEP_GUARD, ),
+        scalars=(Scalar.GRAD_NORM, Scalar.GRAD_NORM_OF_RULE,
+                 Scalar.SKIPPED_STEPS, Scalar.NAN_SKIPS,
+                 Scalar.CONSECUTIVE_SKIPS, Scalar.AMP_OVERFLOWS))
+
     def __init__(self,
                  optimizer: Optimizer,
                  accumulative_counts: int = 1,
@@ -118,8 +127,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
                          accumulative_counts=accumulative_counts,
                          clip_grad=clip_grad)
         if max_consecutive_skips < 0:
-            raise ValueError('max_consecutive_skips must be >= 0, got '
-                             f'{max_consecutive_skips}')
+            raise MMSafeValueError('max_consecutive_skips must be >= 0, got '
+                                   f'{max_consecutive_skips}')
         self.max_consecutive_skips = max_consecutive_skips
         self.log_all_ranks = log_all_ranks
         self.clip_grad_per_module = parse_module_rules(clip_grad_per_module)
@@ -350,3 +359,14 @@ class NaNSkipOptimWrapper(OptimWrapper):
             self.recent_bad.clear()
             self.recent_bad.extend(guard.get('recent_bad', []))
         super().load_state_dict(state_dict)
+
+
+def bind_work_dirs(optim_wrapper, work_dir: Optional[str]) -> None:
+    """:meth:`NaNSkipOptimWrapper.bind_work_dir` for every NaN-skip wrapper
+    in ``optim_wrapper`` (itself, or the wrappers of an
+    ``OptimWrapperDict``); other wrappers are left as they are."""
+    inner = getattr(optim_wrapper, 'optim_wrappers', None)
+    for wrapper in (inner.values() if isinstance(inner, dict)
+                    else [optim_wrapper]):
+        if isinstance(wrapper, NaNSkipOptimWrapper):
+            wrapper.bind_work_dir(work_dir)

@@ -6,6 +6,7 @@ from collections import deque
 from typing import Dict, List, Optional
 
 from mmsafe.dist import all_gather_object, current_iter, get_rank
+from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.guard_outputs import Event
 from mmsafe.events import log, write_event
 
@@ -74,7 +75,7 @@ def too_many_skips(counters: Dict, recent_bad: List[dict],
         ', '.join(f'rank {r} {files}'
                   for r, files in sorted(b['files'].items()))
         for b in recent_bad[-limit:])
-    return RuntimeError(
+    return MMSafeRuntimeError(
         f"[mmsafe] {counters['consecutive']} optimizer steps in a row were "
         f'skipped (max_consecutive_skips={limit}); training is not making '
         f'progress. Last bad iterations: {bad}. Check these images '

@@ -13,7 +13,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as torch_dist
+from mmengine.device import get_device
+from mmengine.dist import is_distributed
+from mmengine.model import is_model_wrapper
 
+from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.events import log, log_once
 
 #: ``env_cfg.dist_cfg.timeout`` (seconds) of a distributed run whose config
@@ -78,7 +82,7 @@ def init_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     cfg = dict(dist_cfg)
     backend = _cpu_backend(cfg.pop('backend', None))
     if cfg.pop('init_backend', 'torch') != 'torch':
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             '[mmsafe] distributed training on CPU supports '
             "env_cfg.dist_cfg.init_backend='torch' only.")
     timeout = cfg.pop('timeout', None)
@@ -88,8 +92,48 @@ def init_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     if launcher == 'slurm':
         _slurm_env(port)
     elif launcher != 'pytorch':
-        raise RuntimeError(
+        raise MMSafeRuntimeError(
             f'[mmsafe] --launcher {launcher} needs CUDA in MMEngine. On a '
             'machine without a GPU use `torchrun --nproc_per_node=N '
             'tools/train.py CONFIG --launcher pytorch` (or slurm).')
     torch_dist.init_process_group(backend=backend, **cfg)
+
+
+def dist_env_cfg(env_cfg: dict, distributed: bool, launcher: str) -> dict:
+    """``env_cfg`` for MMEngine's ``setup_env``: a distributed run that has
+    no process group yet gets a finite default timeout
+    (:func:`with_default_timeout`), and without CUDA its process group is
+    started here on gloo (MMEngine's ``setup_env`` then finds it
+    initialised)."""
+    if not distributed or is_distributed():
+        return env_cfg
+    env_cfg = dict(env_cfg)
+    env_cfg['dist_cfg'] = with_default_timeout(env_cfg.get('dist_cfg'))
+    if not cuda_usable():
+        init_cpu_process_group(launcher, env_cfg['dist_cfg'])
+    return env_cfg
+
+
+def wraps_on_cpu(runner, model) -> bool:
+    """Whether ``runner`` wraps ``model`` for DDP on CPU itself
+    (:func:`cpu_ddp_wrapper_cfg`): a distributed run on CPU, a model not
+    wrapped yet, no ``sync_bn`` (MMEngine's ``wrap_model`` does the rest)."""
+    return (runner.distributed and not is_model_wrapper(model)
+            and get_device() == 'cpu' and not runner.cfg.get('sync_bn'))
+
+
+def cpu_ddp_wrapper_cfg(model_wrapper_cfg, cfg) -> dict:
+    """The model wrapper config of a distributed run on CPU:
+    ``MMDistributedDataParallel`` without ``device_ids`` (DDP takes none
+    for a CPU module); a config's own ``model_wrapper_cfg`` as given, with
+    that type when it names none.
+
+    Args:
+        model_wrapper_cfg (dict, optional): the runner's argument.
+        cfg: the runner's config (``find_unused_parameters``).
+    """
+    wrapper = dict(model_wrapper_cfg or dict(
+        broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False)))
+    wrapper.setdefault('type', 'MMDistributedDataParallel')
+    return wrapper

@@ -2,6 +2,7 @@
 from typing import Any, Dict
 
 from mmsafe.engine.rank_channel import failed_party, failure_place
+from mmsafe.errors import MMSafeError
 
 _COMMUNICATION_MARKERS = (
     'gloo', 'nccl', 'connection closed', 'connection reset', 'broken pipe',
@@ -10,14 +11,14 @@ _COMMUNICATION_MARKERS = (
 )
 
 
-class DDPParameterError(RuntimeError):
+class DDPParameterError(MMSafeError, RuntimeError):
     """DDP's unused-parameter (or "marked as ready twice") error, explained:
     rank, iteration, loss terms, modules and the fix
     (:meth:`~mmsafe.engine.hooks.RankFaultHook.explain_failure`); PyTorch's own
     error is its ``__cause__``."""
 
 
-class PeerRankFailedError(RuntimeError):
+class PeerRankFailedError(MMSafeError, RuntimeError):
     """This rank stopped because another rank failed first; the message
     names that rank, its iteration and its error.
 
@@ -52,7 +53,7 @@ def is_communication_error(exc: BaseException) -> bool:
     (what a rank sees when another rank is gone). An error of mmsafe's own
     (``WeightsUnavailableError``, ...) names this rank's own fault, whatever
     words its message holds ("timeout 15 s")."""
-    if type(exc).__module__.split('.')[0] == 'mmsafe':
+    if isinstance(exc, MMSafeError):
         return False
     names = {cls.__name__ for cls in type(exc).__mro__}
     if names & {'DistError', 'DistBackendError', 'DistNetworkError',

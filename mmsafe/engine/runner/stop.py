@@ -2,9 +2,12 @@
 exit of a run that a stop signal ended, and how a tool ends after an
 error."""
 import contextlib
+import logging
 from typing import Iterator, Optional
 
 from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, end_process_after
+from mmsafe.errors import MMSafeError
+from mmsafe.events import log
 
 #: Exit code of a process whose run a stop signal ended after saving its
 #: checkpoint (``EX_TEMPFAIL``: "try again later"); a cluster script
@@ -12,7 +15,7 @@ from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, end_process_after
 PREEMPTED_EXIT_CODE = 75
 
 
-class StopTraining(Exception):
+class StopTraining(MMSafeError):
     """Raised by a hook (on every rank, at the same iteration) to end
     training now.
 
@@ -69,3 +72,14 @@ def ends_soon_after_error(cfg) -> Iterator[None]:
         end_process_after(float(cfg.get('mmsafe_peer_grace',
                                         DEFAULT_PEER_GRACE)))
         raise
+
+
+def end_stopped_training(runner, stop: StopTraining) -> None:
+    """A hook's ``stop`` ended ``runner``'s training loop: say so, then run
+    the ``after_train`` and ``after_run`` hooks (reports, final logs) that
+    the loop's end would have run."""
+    saved = f' (saved {stop.checkpoint})' if stop.checkpoint else ''
+    log(f'training stopped by a hook: {stop.reason}{saved}; ending the run '
+        '(after_train and after_run hooks run).', logging.WARNING)
+    runner.call_hook('after_train')
+    runner.call_hook('after_run')

@@ -12,6 +12,8 @@ from torch import Tensor
 
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
 from mmdet.registry import MODELS
+from mmsafe.errors import (MMSafeKeyError, MMSafeRuntimeError, MMSafeTypeError,
+                           MMSafeValueError)
 
 MODALITIES = ('visible', 'infrared')
 
@@ -91,18 +93,19 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
         for name, cfg in zip(MODALITIES, (visible, infrared)):
             unknown = set(cfg) - {'mean', 'std', 'bgr_to_rgb'}
             if unknown:
-                raise ValueError(
+                raise MMSafeValueError(
                     f'PairedDetDataPreprocessor.{name} accepts mean, std and '
                     f'bgr_to_rgb, got unknown keys {sorted(unknown)}')
             mean, std = cfg.get('mean'), cfg.get('std')
             if (mean is None) != (std is None):
-                raise ValueError(f'PairedDetDataPreprocessor.{name}: mean and '
-                                 'std must be both given or both None')
+                raise MMSafeValueError(
+                    f'PairedDetDataPreprocessor.{name}: mean and '
+                    'std must be both given or both None')
             self._bgr_to_rgb[name] = bool(cfg.get('bgr_to_rgb', False))
             self._normalize[name] = mean is not None
             if mean is not None:
                 if len(mean) not in (1, 3) or len(std) not in (1, 3):
-                    raise ValueError(
+                    raise MMSafeValueError(
                         f'PairedDetDataPreprocessor.{name}: mean/std need 1 '
                         f'or 3 values, got {len(mean)} and {len(std)}')
                 self.register_buffer(f'{name}_mean',
@@ -143,20 +146,20 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
     def _check_pairs(self, inputs: Dict, data_samples) -> None:
         missing = [m for m in MODALITIES if m not in inputs]
         if missing:
-            raise KeyError(
+            raise MMSafeKeyError(
                 f'PairedDetDataPreprocessor expects inputs=dict(visible=..., '
                 f'infrared=...), missing {missing}; got keys '
                 f'{sorted(inputs)}. Use PackPairedDetInputs in the pipeline.')
         vis, ir = inputs['visible'], inputs['infrared']
         if len(vis) != len(ir):
-            raise ValueError(f'Paired batch has {len(vis)} visible and '
-                             f'{len(ir)} infrared images')
+            raise MMSafeValueError(f'Paired batch has {len(vis)} visible and '
+                                   f'{len(ir)} infrared images')
         for i, (v, r) in enumerate(zip(vis, ir)):
             if v.shape[-2:] != r.shape[-2:]:
                 name = ''
                 if data_samples is not None and i < len(data_samples):
                     name = data_samples[i].metainfo.get('img_path', '')
-                raise ValueError(
+                raise MMSafeValueError(
                     f'Visible and infrared images of sample {i} ({name}) '
                     f'differ in size: {tuple(v.shape[-2:])} vs '
                     f'{tuple(r.shape[-2:])}; paired transforms must keep '
@@ -176,7 +179,7 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
         data = self.cast_data(data)
         inputs, data_samples = data['inputs'], data.get('data_samples')
         if not isinstance(inputs, dict):
-            raise TypeError(
+            raise MMSafeTypeError(
                 'PairedDetDataPreprocessor expects inputs=dict(visible=..., '
                 f'infrared=...), got {type(inputs).__name__}. Use '
                 'PackPairedDetInputs in the pipeline.')
@@ -201,8 +204,9 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
                 out[name] = F.pad(img, (0, pw - w, 0, ph - h), 'constant',
                                   self.pad_value)
         else:
-            raise TypeError('inputs[visible] must be a list of tensors or '
-                            f'a tensor, got {type(inputs["visible"])}')
+            raise MMSafeTypeError(
+                'inputs[visible] must be a list of tensors or '
+                f'a tensor, got {type(inputs["visible"])}')
         assert out['visible'].shape == out['infrared'].shape
 
         if data_samples is not None:
@@ -230,7 +234,7 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
             try:
                 joint, data_samples = aug(joint, data_samples)
             except Exception as exc:
-                raise RuntimeError(
+                raise MMSafeRuntimeError(
                     f'Batch augmentation {name} cannot be applied to a '
                     f'visible+infrared pair (it was given both modalities '
                     f'stacked as one {joint.shape[1]}-channel tensor so that '
@@ -239,7 +243,7 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
                     'channel-agnostic (geometric) one.') from exc
             if not isinstance(joint, Tensor) or joint.dim() != 4 or \
                     joint.shape[1] != 2 * num_vis:
-                raise RuntimeError(
+                raise MMSafeRuntimeError(
                     f'Batch augmentation {name} changed the stacked pair '
                     f'from {2 * num_vis} channels to '
                     f'{getattr(joint, "shape", None)}; it is not safe for '

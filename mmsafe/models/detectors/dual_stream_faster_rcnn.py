@@ -12,6 +12,7 @@ from mmdet.structures import SampleList
 from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
 
 from mmsafe.compat import autocast_enabled
+from mmsafe.errors import MMSafeTypeError, MMSafeValueError
 from ..layers.fusion import FusionCfg, build_fusions
 
 
@@ -89,8 +90,9 @@ class DualStreamFasterRCNN(TwoStageDetector):
         self.ir_backbone = (MODELS.build(ir_backbone)
                             if ir_backbone is not None else None)
         if ir_neck is not None and neck is None:
-            raise ValueError('DualStreamFasterRCNN: ir_neck is set but neck '
-                             'is None')
+            raise MMSafeValueError(
+                'DualStreamFasterRCNN: ir_neck is set but neck '
+                'is None')
         self.ir_neck = MODELS.build(ir_neck) if ir_neck is not None else None
         self.fusions = build_fusions(fusion, num_fusion_levels, backbone,
                                      neck)
@@ -99,7 +101,7 @@ class DualStreamFasterRCNN(TwoStageDetector):
             out_channels = neck.get('out_channels') if neck else None
             in_dim = macl_head.get('in_dim', 256)
             if isinstance(out_channels, int) and in_dim != out_channels:
-                raise ValueError(
+                raise MMSafeValueError(
                     f'macl_head.in_dim={in_dim} does not match the '
                     f'{out_channels}-channel features of '
                     f'neck.out_channels={out_channels}: set macl_head.in_dim='
@@ -123,7 +125,7 @@ class DualStreamFasterRCNN(TwoStageDetector):
                 'visible', 'infrared'} <= set(batch_inputs):
             got = (sorted(batch_inputs) if isinstance(batch_inputs, dict)
                    else type(batch_inputs).__name__)
-            raise TypeError(
+            raise MMSafeTypeError(
                 'DualStreamFasterRCNN expects inputs=dict(visible=Tensor, '
                 f'infrared=Tensor) (PairedDetDataPreprocessor), got {got}')
         return batch_inputs['visible'], batch_inputs['infrared']
@@ -155,7 +157,7 @@ class DualStreamFasterRCNN(TwoStageDetector):
              ir_feats: Tuple[Tensor, ...]) -> Tuple[Tensor, ...]:
         """Fuse the two pyramids level by level."""
         if not len(vis_feats) == len(ir_feats) == len(self.fusions):
-            raise ValueError(
+            raise MMSafeValueError(
                 f'DualStreamFasterRCNN has {len(self.fusions)} fusion modules '
                 f'but got {len(vis_feats)} visible and {len(ir_feats)} '
                 'infrared feature levels; set num_fusion_levels to match.')

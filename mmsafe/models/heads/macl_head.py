@@ -13,8 +13,9 @@ from torch import Tensor
 from mmdet.registry import MODELS
 from mmdet.utils import OptMultiConfig
 
+from mmsafe.errors import MMSafeValueError
 from mmsafe.events import log, update_counters
-from mmsafe.guard_outputs import Counter
+from mmsafe.guard_outputs import Counter, GuardOutputs, Section
 from ..layers.contrastive import (contrastive_logs, pair_gap,
                                   symmetric_info_nce)
 from ..layers.gather import gather_rows
@@ -85,6 +86,8 @@ class MACLHead(BaseModule):
         init_cfg (dict, optional): Initialisation config.
     """
 
+    guard_outputs = GuardOutputs(Section.MACL_CHECK, counters=(Counter.MACL, ))
+
     def __init__(self,
                  in_dim: int = 256,
                  proj_dim: int = 128,
@@ -103,13 +106,15 @@ class MACLHead(BaseModule):
                  init_cfg: OptMultiConfig = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if pooling not in ('avg', 'max'):
-            raise ValueError(f"MACLHead.pooling must be 'avg' or 'max', got "
-                             f'{pooling!r}')
+            raise MMSafeValueError(
+                f"MACLHead.pooling must be 'avg' or 'max', got "
+                f'{pooling!r}')
         if norm not in ('LN', None):
-            raise ValueError("MACLHead.norm must be 'LN' or None (BatchNorm "
-                             f'breaks at batch size 1), got {norm!r}')
+            raise MMSafeValueError(
+                "MACLHead.norm must be 'LN' or None (BatchNorm "
+                f'breaks at batch size 1), got {norm!r}')
         if not 0 < min_temperature <= init_temperature <= max_temperature:
-            raise ValueError(
+            raise MMSafeValueError(
                 'MACLHead needs 0 < min_temperature <= init_temperature <= '
                 f'max_temperature, got {min_temperature}, '
                 f'{init_temperature}, {max_temperature}')
@@ -119,8 +124,9 @@ class MACLHead(BaseModule):
         self.feature_level = feature_level
         self.pooling = pooling
         if center_momentum is not None and not 0 <= center_momentum < 1:
-            raise ValueError('MACLHead.center_momentum must be in [0, 1) or '
-                             f'None, got {center_momentum}')
+            raise MMSafeValueError(
+                'MACLHead.center_momentum must be in [0, 1) or '
+                f'None, got {center_momentum}')
         self.center_momentum = center_momentum
         if center_momentum is not None:
             self.register_buffer('vis_center', torch.zeros(in_dim))
@@ -227,8 +233,8 @@ class MACLHead(BaseModule):
         ir = select_level(ir_feats, self.feature_level, self.in_dim,
                           'infrared')
         if vis.shape[0] != ir.shape[0]:
-            raise ValueError(f'MACLHead got {vis.shape[0]} visible and '
-                             f'{ir.shape[0]} infrared feature maps')
+            raise MMSafeValueError(f'MACLHead got {vis.shape[0]} visible and '
+                                   f'{ir.shape[0]} infrared feature maps')
         num_local = vis.shape[0]
         vis_emb, ir_emb = self.embed(vis, ir)
 

@@ -10,13 +10,14 @@ from torch import Tensor
 
 from mmdet.registry import MODELS
 from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
+from mmsafe.errors import MMSafeValueError
 
 FusionCfg = Union[ConfigType, List[ConfigType]]
 
 
 def _check_shapes(vis: Tensor, ir: Tensor, name: str) -> None:
     if vis.shape != ir.shape:
-        raise ValueError(
+        raise MMSafeValueError(
             f'{name}: visible and infrared features differ in shape: '
             f'{tuple(vis.shape)} vs {tuple(ir.shape)}')
 
@@ -60,7 +61,7 @@ class ConcatConvFusion(BaseModule):
     def forward(self, vis: Tensor, ir: Tensor) -> Tensor:
         _check_shapes(vis, ir, type(self).__name__)
         if vis.shape[1] != self.in_channels:
-            raise ValueError(
+            raise MMSafeValueError(
                 f'ConcatConvFusion.in_channels={self.in_channels} but the '
                 f'features have {vis.shape[1]} channels')
         return self.act(self.conv(torch.cat([vis, ir], dim=1)))
@@ -130,7 +131,7 @@ def build_fusions(fusion: FusionCfg, num_levels: Optional[int],
     if isinstance(fusion, (list, tuple)):
         cfgs = [copy.deepcopy(dict(f)) for f in fusion]
         if num_levels is not None and num_levels != len(cfgs):
-            raise ValueError(
+            raise MMSafeValueError(
                 f'num_fusion_levels={num_levels} but {len(cfgs)} fusion '
                 'configs were given')
     else:
@@ -140,7 +141,7 @@ def build_fusions(fusion: FusionCfg, num_levels: Optional[int],
             elif neck is None and 'out_indices' in backbone:
                 num_levels = len(backbone['out_indices'])
             else:
-                raise ValueError(
+                raise MMSafeValueError(
                     'DualStreamFasterRCNN cannot infer the number of '
                     'feature levels to fuse: set num_fusion_levels or '
                     'give a list of fusion configs.')

@@ -8,6 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmsafe.errors import MMSafeIndexError, MMSafeValueError
+
 
 def select_level(feats: Sequence[Tensor], level: int, in_dim: int,
                  name: str) -> Tensor:
@@ -22,15 +24,16 @@ def select_level(feats: Sequence[Tensor], level: int, in_dim: int,
         feats = (feats, )
     num_levels = len(feats)
     if not -num_levels <= level < num_levels:
-        raise IndexError(
+        raise MMSafeIndexError(
             f'MACLHead.feature_level={level} is out of range for the '
             f'{num_levels} {name} feature levels')
     feat = feats[level]
     if feat.dim() != 4:
-        raise ValueError(f'MACLHead expects {name} feature maps of shape '
-                         f'[B, C, H, W], got {tuple(feat.shape)}')
+        raise MMSafeValueError(
+            f'MACLHead expects {name} feature maps of shape '
+            f'[B, C, H, W], got {tuple(feat.shape)}')
     if feat.shape[1] != in_dim:
-        raise ValueError(
+        raise MMSafeValueError(
             f'MACLHead.in_dim={in_dim} does not match the {name} features '
             f'at feature_level={level}, which have {feat.shape[1]} '
             f'channels: set macl_head.in_dim={feat.shape[1]} (or pick '

@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from mmsafe.datasets.loader.inflight_memory import nbytes
 from mmsafe.datasets.walk import config_leaves
+from mmsafe.errors import MMSafeValueError
 from ..context import PreflightContext, first_line
 from ..data_sample import (is_remote, join_root, sample_indices,
                            sampled_config)
@@ -102,7 +103,7 @@ def _open_image(path: str, backend_args: Optional[dict]):
     img = mmcv.imfrombytes(get(path, backend_args=backend_args),
                            flag='unchanged')
     if img is None:
-        raise ValueError('cannot be decoded as an image')
+        raise MMSafeValueError('cannot be decoded as an image')
     return img
 
 

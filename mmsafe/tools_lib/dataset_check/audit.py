@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from mmsafe.datasets.walk import leaf_datasets, resolve_index
+from mmsafe.errors import MMSafeOSError
 from .checks import (ERROR, WARNING, check_packed, check_raw, class_names,
                      issue, unpack_result)
 from .coordinates import coordinate_findings
@@ -92,12 +93,12 @@ class PairAuditDataset(Dataset):
         record['issues'] += packed.pop('issues')
         record.update(packed)
         if self.alignment and result is not None:
-            from ..pair_alignment import audit_alignment
+            from mmsafe.analysis.pair_alignment import audit_alignment
             record['alignment'], found = audit_alignment(
                 unpack_result(result)[0])
             record['issues'] += [issue(kind, message, 'alignment')
                                  for kind, message in found]
-            from ..object_offsets import audit_offsets
+            from mmsafe.analysis.object_offsets import audit_offsets
             mods, sample = unpack_result(result)
             record['offsets'], found = audit_offsets(mods, sample,
                                                      self.max_offset)
@@ -133,7 +134,7 @@ class PairAuditDataset(Dataset):
     def _show(self, idx: int, result: dict, record: dict,
               prefix: str = '') -> Optional[str]:
         import cv2
-        from ..pair_vis import draw_pair
+        from mmsafe.analysis.pair_vis import draw_pair
         mods, sample = unpack_result(result)
         if mods is None:
             return None
@@ -149,8 +150,9 @@ class PairAuditDataset(Dataset):
         if self.alignment and mods.get('visible') is not None:
             # each box's offset as an arrow on the infrared half, measured
             # on this very output (a redraw draws its random flip again)
-            from ..object_offsets import audit_offsets, draw_offsets
-            from ..pair_vis import GAP, to_hwc_uint8
+            from mmsafe.analysis.object_offsets import (audit_offsets,
+                                                        draw_offsets)
+            from mmsafe.analysis.pair_vis import GAP, to_hwc_uint8
             meta = getattr(sample, 'metainfo', None) or {}
             drawn = audit_offsets(mods, sample, self.max_offset)[0]
             draw_offsets(canvas, drawn,
@@ -160,7 +162,7 @@ class PairAuditDataset(Dataset):
                          else None)
         path = osp.join(self.show_dir, f'{prefix}{idx:06d}_{stem}.png')
         if not cv2.imwrite(path, canvas):
-            raise OSError(f'could not write {path}')
+            raise MMSafeOSError(f'could not write {path}')
         return path
 
 
@@ -254,9 +256,11 @@ def audit(dataset,
         bar.close()
     offsets = None
     if alignment:
-        from ..object_offsets import (FINDING, offsets_summary,
-                                      write_histogram)
-        from ..pair_alignment import add_unrelated_findings, flagged_records
+        from mmsafe.analysis.object_offsets import (FINDING,
+                                                    offsets_summary,
+                                                    write_histogram)
+        from mmsafe.analysis.pair_alignment import (add_unrelated_findings,
+                                                    flagged_records)
         add_unrelated_findings(records, issue)
         offsets = offsets_summary(records)
         offsets['max_offset'] = float(max_offset)

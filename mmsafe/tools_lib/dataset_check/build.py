@@ -7,6 +7,7 @@ import os.path as osp
 from typing import List
 
 from mmsafe.datasets.walk import config_nodes, leaf_datasets
+from mmsafe.errors import MMSafeKeyError
 from .checks import issue
 
 
@@ -15,7 +16,7 @@ def dataset_config(cfg, split: str):
     key = f'{split}_dataloader'
     loader = cfg.get(key)
     if not loader or 'dataset' not in loader:
-        raise KeyError(f'the config has no {key}.dataset')
+        raise MMSafeKeyError(f'the config has no {key}.dataset')
     return copy.deepcopy(loader['dataset'])
 
 

@@ -93,7 +93,7 @@ def format_report(report: dict, max_examples: int = 5) -> str:
         from .coordinates import format_borders
         lines += format_borders(report['box_borders'])
     if report.get('object_offsets') is not None:
-        from ..object_offsets import format_summary
+        from mmsafe.analysis.object_offsets import format_summary
         lines.append(format_summary(report['object_offsets']))
         if report['object_offsets'].get('histogram'):
             lines.append('  histogram of |d|: '

@@ -5,6 +5,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from mmsafe.errors import MMSafeOSError
 from .pair_vis import put_label
 
 AGREES = (255, 255, 0)  # BGR: cyan, the box agrees with its content
@@ -58,7 +59,7 @@ def write_histogram(path: str, ds: Sequence[float],
                     max_offset: float = 8.0) -> str:
     """Write :func:`histogram_image` as a PNG at ``path``."""
     if not cv2.imwrite(path, histogram_image(ds, max_offset)):
-        raise OSError(f'could not write {path}')
+        raise MMSafeOSError(f'could not write {path}')
     return path
 
 
@@ -66,7 +67,7 @@ def draw_offsets(canvas: np.ndarray, result: Optional[Dict],
                  width: int, gap: int, scale_factor=None,
                  flip_direction: Optional[str] = None) -> np.ndarray:
     """Write each box's verdict on the infrared half of a ``visible |
-    infrared`` canvas (:func:`mmsafe.tools_lib.pair_vis.draw_pair`): its
+    infrared`` canvas (:func:`mmsafe.analysis.pair_vis.draw_pair`): its
     short label (``match 3px``, ``warm 2.4``, ``outline 3.1``, ``empty
     0.2``, ``? small``, ...) under the box, red where the box disagrees
     with what the infrared image shows, cyan where it agrees, grey without
@@ -75,7 +76,7 @@ def draw_offsets(canvas: np.ndarray, result: Optional[Dict],
 
     Args:
         canvas: the drawn pair (changed in place and returned).
-        result: a :func:`mmsafe.tools_lib.object_offsets.pair_offsets`
+        result: a :func:`mmsafe.analysis.object_offsets.pair_offsets`
             result of the same boxes.
         width (int): width of the visible half; ``gap``: pixels between.
         scale_factor, flip_direction: the sample's, to turn the offsets

@@ -52,6 +52,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mmsafe.errors import MMSafeValueError
 from .box_matching import box_match
 from . import box_presence
 from .box_presence import PRESENT, infrared_presence
@@ -108,8 +109,8 @@ def box_verdict(visible: np.ndarray, infrared: np.ndarray,
         strong_corr (float): a match at least this strong counts wherever
             it lands (on real LLVIP night pairs, matches of the background
             alone reached 0.80 with the people gone).
-        **kwargs: :func:`mmsafe.tools_lib.box_matching.box_match`'s
-            arguments, and :func:`mmsafe.tools_lib.box_presence.
+        **kwargs: :func:`mmsafe.analysis.box_matching.box_match`'s
+            arguments, and :func:`mmsafe.analysis.box_presence.
             infrared_presence`'s with a ``presence_`` prefix.
 
     Returns:
@@ -226,8 +227,9 @@ def pair_offsets(visible,
     """
     vis, ir = hwc_view(visible), hwc_view(infrared)
     if vis.shape[:2] != ir.shape[:2]:
-        raise ValueError(f'pair_offsets: visible {vis.shape} and infrared '
-                         f'{ir.shape} differ in size')
+        raise MMSafeValueError(
+            f'pair_offsets: visible {vis.shape} and infrared '
+            f'{ir.shape} differ in size')
     rows = []
     for box in _boxes(boxes):
         r = box_verdict(vis, ir, box, **kwargs)

@@ -39,6 +39,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from mmsafe.errors import MMSafeValueError
+
 ALIGNED, MIRRORED, SHIFTED = 'aligned', 'mirrored', 'shifted'
 
 
@@ -142,9 +144,10 @@ def measure_alignment(visible,
     vis_map = structure_map(visible, width)
     ir_map = structure_map(infrared, width)
     if vis_map.shape != ir_map.shape:
-        raise ValueError(f'measure_alignment: visible {vis_map.shape} and '
-                         f'infrared {ir_map.shape} maps differ in size; '
-                         'the images must have the same size')
+        raise MMSafeValueError(
+            f'measure_alignment: visible {vis_map.shape} and '
+            f'infrared {ir_map.shape} maps differ in size; '
+            'the images must have the same size')
     h, w = vis_map.shape
     mx = max(1, int(round(max_shift * w)))
     my = max(1, int(round(max_shift * h)))
@@ -295,7 +298,7 @@ def flagged_records(records: List[Dict]) -> List[Dict]:
 def benchmark(size: Tuple[int, int] = (1280, 1024), pairs: int = 50) -> Dict:
     """Pairs per second of :func:`measure_alignment` on one thread, on
     synthetic LLVIP-like pairs of ``size`` (decoded images; decoding the
-    files is not counted). ``python -m mmsafe.tools_lib.pair_alignment``
+    files is not counted). ``python -m mmsafe.analysis.pair_alignment``
     prints it."""
     import time
     from mmsafe.datasets.synthetic_llvip import render_pair, synthetic_params
