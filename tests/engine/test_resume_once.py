@@ -9,7 +9,7 @@ import torch
 from tests.engine.ckpt_toys_cfg import TOY_CONFIG
 
 
-def _runner(tmp_path, **extra):
+def _runner(tmp_path, name, **extra):
     from mmengine.config import Config
     from mmengine.registry import RUNNERS
 
@@ -18,7 +18,7 @@ def _runner(tmp_path, **extra):
         max_epochs=2, max_keep=-1, custom_hooks='[]'), '.py')
     cfg.work_dir = str(tmp_path / 'work')
     cfg.runner_type = 'SafeRunner'
-    cfg.experiment_name = f'run{len(extra)}'
+    cfg.experiment_name = name
     cfg.merge_from_dict(extra)
     return RUNNERS.build(cfg)
 
@@ -30,11 +30,11 @@ def _params(runner):
 
 def test_a_second_load_or_resume_keeps_the_run_s_weights(tmp_path):
     from mmsafe.events import read_events
-    _runner(tmp_path).train()
+    _runner(tmp_path, 'first').train()
     work_dir = str(tmp_path / 'work')
     assert osp.isfile(osp.join(work_dir, 'epoch_2.pth'))
 
-    runner = _runner(tmp_path, resume=True)
+    runner = _runner(tmp_path, 'resumed', resume=True)
     runner.load_or_resume()
     assert runner.train_loop.epoch == 2
     with torch.no_grad():
