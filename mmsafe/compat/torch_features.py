@@ -22,6 +22,7 @@ What differs, and what mmsafe does about it:
   ``PrefixStore.underlying_store``; a wait that times out raises
   ``RuntimeError`` on older torch and ``DistStoreError`` (a subclass) on
   newer torch.
+* ``torch.optim.SGD(fused=True)`` (a fused CUDA step): newer torch only.
 * Whether DDP finished the gradient reduction of the last backward:
   ``DistributedDataParallel._check_reducer_finalized()`` (raises DDP's own
   unused-parameter error when it did not).
@@ -232,6 +233,13 @@ def default_store_address() -> Optional[Tuple[str, int]]:
     if not host or not port:
         return None
     return str(host), int(port)
+
+
+# ------------------------------------------------------------ optimizer --
+def sgd_has_fused() -> bool:
+    """Whether this torch's ``torch.optim.SGD`` takes ``fused=True``."""
+    import inspect
+    return 'fused' in inspect.signature(torch.optim.SGD).parameters
 
 
 # ------------------------------------------------------------------ DDP --

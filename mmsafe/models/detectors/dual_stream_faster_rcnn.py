@@ -62,6 +62,12 @@ class DualStreamFasterRCNN(TwoStageDetector):
         data_preprocessor (dict, optional): Normally
             ``dict(type='PairedDetDataPreprocessor', ...)``.
         init_cfg (dict, optional): Initialisation config.
+        channels_last (bool): Keep the convolution weights and both image
+            batches in the channels-last (NHWC) memory layout, which
+            cuDNN's tensor-core convolutions run natively. The same
+            values and parameters, laid out differently in memory: weights
+            initialised or loaded later keep the layout, checkpoints load
+            into a model with either setting. Defaults to False.
     """
 
     def __init__(self,
@@ -77,7 +83,8 @@ class DualStreamFasterRCNN(TwoStageDetector):
                  num_fusion_levels: Optional[int] = None,
                  macl_head: OptConfigType = None,
                  data_preprocessor: OptConfigType = None,
-                 init_cfg: OptMultiConfig = None) -> None:
+                 init_cfg: OptMultiConfig = None,
+                 channels_last: bool = False) -> None:
         super().__init__(
             backbone=backbone,
             neck=neck,
@@ -107,6 +114,12 @@ class DualStreamFasterRCNN(TwoStageDetector):
                     f'neck.out_channels={out_channels}: set macl_head.in_dim='
                     f'{out_channels}.')
             self.macl_head = MODELS.build(macl_head)
+        self.channels_last = bool(channels_last)
+        if self.channels_last:
+            # before any wrapper (DDP) holds the parameters: only the
+            # layout of the 4-D weights changes, in place of the data of
+            # the same Parameter objects
+            self.to(memory_format=torch.channels_last)
 
     @property
     def shares_backbone(self) -> bool:
@@ -143,6 +156,9 @@ class DualStreamFasterRCNN(TwoStageDetector):
             ``[B, C, H, W]`` tensors, one per level.
         """
         vis, ir = self._split_inputs(batch_inputs)
+        if self.channels_last:
+            vis = vis.contiguous(memory_format=torch.channels_last)
+            ir = ir.contiguous(memory_format=torch.channels_last)
         vis_feats = self.backbone(vis)
         ir_backbone = self.backbone if self.shares_backbone else \
             self.ir_backbone
