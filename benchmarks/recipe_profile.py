@@ -39,6 +39,7 @@ An arm is ``recipe`` (the recipe as released) or levers joined by ``+``:
 """
 import argparse
 import json
+import math
 import os
 import os.path as osp
 import sys
@@ -78,8 +79,10 @@ def parse_args(argv=None):
                         metavar=('W', 'H'),
                         help='the pipelines\' resize scale (default: the '
                         'recipe\'s, 640x512)')
-    parser.add_argument('--train', type=int, default=96,
-                        help='synthetic training pairs')
+    parser.add_argument('--train', type=int, default=0,
+                        help='synthetic training pairs (at least what the '
+                        'windows of the largest batch need, with a margin '
+                        'for the pairs the dataset\'s filter removes)')
     parser.add_argument('--test', type=int, default=4)
     parser.add_argument('--warmup', type=int, default=15)
     parser.add_argument('--timed', type=int, default=40)
@@ -88,8 +91,9 @@ def parse_args(argv=None):
     parser.add_argument('--profile', type=int, default=5,
                         help='profiled iterations (CUDA only)')
     parser.add_argument('--rounds', type=int, default=1)
-    parser.add_argument('--data-dir', default=osp.join(
-        REPO_ROOT, 'data', 'llvip_synthetic_fullres'))
+    parser.add_argument('--data-dir', default=None,
+                        help='the synthetic tree (default: under '
+                        'data/, named by its size and number of pairs)')
     parser.add_argument('--work-dir', default=osp.join(
         REPO_ROOT, 'work_dirs', 'recipe_profile'))
     parser.add_argument('--timeout', type=float, default=300,
@@ -97,6 +101,15 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     for arm in args.arms:
         levers(arm)  # an unknown lever fails before anything runs
+    from mmengine.config import Config
+    base = Config.fromfile(args.config).train_dataloader.batch_size
+    needed = iterations(args) * max(batch_size(arm, base)
+                                    for arm in args.arms)
+    args.train = max(args.train, math.ceil(needed * 1.3) + 4)
+    if args.data_dir is None:
+        w, h = args.img_size
+        args.data_dir = osp.join(REPO_ROOT, 'data',
+                                 f'llvip_synthetic_{w}x{h}_{args.train}')
     return args
 
 
@@ -244,11 +257,17 @@ def run_arm(arm: str, args, round_index: int) -> dict:
               encoding='utf-8') as f:
         f.write(result.output)
     profile = osp.join(work_dir, 'stage_profile.json')
-    if result.timed_out or result.returncode != 0 or not osp.isfile(profile):
+    if result.timed_out or result.returncode != 0:
         print(result.output[-6000:])
         raise SystemExit(f'arm {arm!r} failed (rc={result.returncode}, timed '
                          f'out={result.timed_out}); full output in '
                          f'{work_dir}/train_output.txt')
+    if not osp.isfile(profile):
+        raise SystemExit(f'arm {arm!r}: the training ended before the '
+                         f'{iterations(args)} measured iterations did (the '
+                         'dataset\'s filter left fewer pairs than '
+                         f'{iterations(args)} batches: raise --train); '
+                         f'output in {work_dir}/train_output.txt')
     with open(profile, encoding='utf-8') as f:
         stages = json.load(f)
     stages['run'] = summarize(scalars(work_dir))
@@ -323,9 +342,11 @@ def report(arm: str, runs: list, cuda: bool, baseline: dict) -> dict:
         total = sum(by_kind.values())
         parts = ', '.join(f'{k} {v:.1f}' for k, v in sorted(by_kind.items()))
         print(f'{what} per iteration: {total:.1f} ({parts or "none"})')
-        model_sites = {s: n for s, n in first.get(key, {}).items()
-                       if ' model (' in f' {s.split(" @ ")[-1]}'}
-        for site, n in sorted(model_sites.items(), key=lambda x: -x[1])[:8]:
+        # the sites in the model's code and in mmsafe's guards
+        sites = {s: n for s, n in first.get(key, {}).items()
+                 if s.split(' @ ')[-1].startswith(('model (',
+                                                   'guards (mmsafe)'))}
+        for site, n in sorted(sites.items(), key=lambda x: -x[1])[:10]:
             print(f'    {n:5.1f}  {site}')
     run = first['run']
     macl = run['loss_macl']

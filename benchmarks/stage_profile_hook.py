@@ -80,8 +80,10 @@ def _package_dir(name: str) -> Optional[str]:
 class SyncOrigins:
     """Origin of a host synchronisation from the live Python stack: the
     innermost frame in mmsafe's models, MMDetection's models, mmsafe's
-    guards (any other mmsafe code), MMEngine or MMCV; ``elsewhere`` when
-    none of them is on the stack (torch's own Python, the loop's caller)."""
+    guards (any other mmsafe code), MMEngine or MMCV; a synchronisation in
+    torch's own Python code (an optimizer's step, a norm) is labelled
+    ``torch (via ...)`` with the first of those frames that called it;
+    ``elsewhere`` when none of them is on the stack."""
 
     def __init__(self) -> None:
         mmsafe = _package_dir('mmsafe')
@@ -98,19 +100,27 @@ class SyncOrigins:
             where = _package_dir(name)
             if where:
                 self.kinds.append((where, label))
+        self.torch_dir = _package_dir('torch')
         self.this_file = osp.abspath(__file__)
 
     def __call__(self, frame) -> str:
+        in_torch = None
         while frame is not None:
             filename = osp.abspath(frame.f_code.co_filename)
             if filename != self.this_file:
+                where = (f'{osp.basename(filename)}:{frame.f_code.co_name}:'
+                         f'{frame.f_lineno}')
                 for prefix, label in self.kinds:
                     if filename.startswith(prefix):
-                        where = osp.basename(filename)
-                        return (f'{label} {where}:{frame.f_code.co_name}:'
-                                f'{frame.f_lineno}')
+                        if in_torch:
+                            return f'torch (via {label}) {in_torch}<-{where}'
+                        return f'{label} {where}'
+                if in_torch is None and self.torch_dir and \
+                        filename.startswith(self.torch_dir):
+                    in_torch = where
             frame = frame.f_back
-        return 'elsewhere'
+        return f'torch (via elsewhere) {in_torch}' if in_torch else \
+            'elsewhere'
 
 
 class SyncCounter:
