@@ -217,3 +217,73 @@ def test_tiny_config_inherits_the_r50_recipe_and_builds_the_same_model():
     assert shapes['ir_neck.fpn_convs.2.conv.weight'] == (32, 32, 3, 3)
     assert shapes['roi_head.bbox_head.shared_fcs.1.weight'] == (128, 128)
     assert not any(k.startswith('backbone.layer4') for k in shapes)
+
+
+def _nhwc_weights(model):
+    """(channels-last, all) 4-D weights whose two layouts differ (a 1x1
+    kernel's are the same)."""
+    layout = torch.channels_last
+    weights = [p for p in model.parameters() if p.dim() == 4 and not (
+        p.is_contiguous() and p.is_contiguous(memory_format=layout))]
+    return sum(p.is_contiguous(memory_format=layout) for p in weights), \
+        len(weights)
+
+
+def test_channels_last_same_weights_as_the_default_layout():
+    """A seed gives the same initial weights with either layout (the random
+    draws are made in the default layout), the convolutions' weights are
+    channels-last, and the default model has none."""
+    default, nhwc = _build(), _build(channels_last=True)
+    assert _nhwc_weights(default)[0] == 0
+    converted, total = _nhwc_weights(nhwc)
+    assert total > 20 and converted == total
+    ours = dict(nhwc.named_parameters())
+    for name, param in default.named_parameters():
+        assert torch.equal(param, ours[name]), name
+
+
+def test_channels_last_computes_the_same_model():
+    """The same features (both streams, every level) up to float rounding
+    (the layout changes the convolutions' order of summation, not the
+    arithmetic); one SGD step on the same batch gives the same RPN and
+    MACL losses (the RoI head's sampled proposals may differ where the
+    rounding moves a box across an NMS or sampling tie), and the weights
+    stay channels-last; a checkpoint of it loads into a default-layout
+    model value for value."""
+    import io
+
+    from mmengine.optim import OptimWrapper
+
+    from mmsafe.checkpoint import load_checkpoint_file
+    boxes = [[[4, 4, 40, 50]], [[10, 8, 60, 40], [50, 20, 90, 60]]]
+    models, logs = [], []
+    for channels_last in (False, True):
+        model = _build(channels_last=channels_last)
+        with torch.no_grad():
+            data = model.data_preprocessor(_data(boxes), training=True)
+            models.append(model.extract_paired_feat(data['inputs']))
+        model.train()
+        wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01,
+                                               momentum=0.9))
+        torch.manual_seed(1)
+        logs.append(model.train_step(_data(boxes), wrapper))
+    for default_feats, nhwc_feats in zip(*models):
+        for default, nhwc in zip(default_feats, nhwc_feats):
+            torch.testing.assert_close(nhwc, default, rtol=1e-4, atol=1e-5)
+    assert set(logs[0]) == set(logs[1])
+    for key in ('loss_rpn_cls', 'loss_rpn_bbox', 'loss_macl'):
+        torch.testing.assert_close(logs[1][key], logs[0][key], rtol=1e-4,
+                                   atol=1e-6, msg=key)
+    assert all(torch.isfinite(v).all() for v in logs[1].values())
+    converted, total = _nhwc_weights(model)
+    assert converted == total > 20
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    buffer.seek(0)
+    state = load_checkpoint_file(buffer)
+    fresh = _build()
+    fresh.load_state_dict(state)
+    assert _nhwc_weights(fresh)[0] == 0
+    ours = dict(model.named_parameters())
+    for name, param in fresh.named_parameters():
+        assert torch.equal(param, ours[name]), name

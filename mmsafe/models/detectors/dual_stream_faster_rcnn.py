@@ -121,6 +121,24 @@ class DualStreamFasterRCNN(TwoStageDetector):
             # the same Parameter objects
             self.to(memory_format=torch.channels_last)
 
+    def init_weights(self) -> None:
+        """MMEngine's initialisation; with ``channels_last`` the random
+        draws are made in the default layout and copied into the
+        channels-last weights, so that a seed gives the same values with
+        either setting (and the weights keep their storage: a DDP wrapper
+        built before this call still holds them)."""
+        if not self.channels_last:
+            return super().init_weights()
+        kept = {p: p.data for p in self.parameters() if p.dim() == 4}
+        for param, data in kept.items():
+            param.data = data.contiguous()
+        try:
+            super().init_weights()
+        finally:
+            for param, data in kept.items():
+                data.copy_(param.data)
+                param.data = data
+
     @property
     def shares_backbone(self) -> bool:
         """Whether both modalities use the same backbone weights."""
