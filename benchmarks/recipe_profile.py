@@ -39,7 +39,6 @@ An arm is ``recipe`` (the recipe as released) or levers joined by ``+``:
 """
 import argparse
 import json
-import math
 import os
 import os.path as osp
 import sys
@@ -50,8 +49,9 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._common import machine, median, revision, uptime  # noqa
-from benchmarks.gpu_recipe_check import (RECIPE, scalars,  # noqa
-                                         summarize, synthetic)
+from benchmarks.gpu_recipe_check import RECIPE, scalars, summarize  # noqa
+from benchmarks.gpu_recipe_check import parse_args as gpu_recipe_check_args
+from benchmarks.gpu_recipe_check import synthetic  # noqa
 
 LEVERS = ('no-guards', 'cudnn', 'channels_last', 'bf16', 'batch8',
           'batch16', 'pin', 'workers4', 'workers8', 'fused')
@@ -79,11 +79,12 @@ def parse_args(argv=None):
                         metavar=('W', 'H'),
                         help='the pipelines\' resize scale (default: the '
                         'recipe\'s, 640x512)')
-    parser.add_argument('--train', type=int, default=0,
-                        help='synthetic training pairs (at least what the '
-                        'windows of the largest batch need, with a margin '
-                        'for the pairs the dataset\'s filter removes)')
-    parser.add_argument('--test', type=int, default=4)
+    parser.add_argument('--train', type=int, default=96,
+                        help='synthetic training pairs (the loader cycles '
+                        'through them)')
+    parser.add_argument('--test', type=int, default=16,
+                        help='synthetic test pairs (one validation at the '
+                        'end)')
     parser.add_argument('--warmup', type=int, default=15)
     parser.add_argument('--timed', type=int, default=40)
     parser.add_argument('--split', type=int, default=8)
@@ -92,8 +93,9 @@ def parse_args(argv=None):
                         help='profiled iterations (CUDA only)')
     parser.add_argument('--rounds', type=int, default=1)
     parser.add_argument('--data-dir', default=None,
-                        help='the synthetic tree (default: under '
-                        'data/, named by its size and number of pairs)')
+                        help='the synthetic tree (default: gpu_recipe_check\'s '
+                        'with its sizes, else under data/, named by its '
+                        'sizes)')
     parser.add_argument('--work-dir', default=osp.join(
         REPO_ROOT, 'work_dirs', 'recipe_profile'))
     parser.add_argument('--timeout', type=float, default=300,
@@ -101,15 +103,14 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     for arm in args.arms:
         levers(arm)  # an unknown lever fails before anything runs
-    from mmengine.config import Config
-    base = Config.fromfile(args.config).train_dataloader.batch_size
-    needed = iterations(args) * max(batch_size(arm, base)
-                                    for arm in args.arms)
-    args.train = max(args.train, math.ceil(needed * 1.3) + 4)
     if args.data_dir is None:
+        checker = gpu_recipe_check_args([])
+        same = [tuple(args.img_size), args.train, args.test] == [
+            tuple(checker.img_size), checker.train, checker.test]
         w, h = args.img_size
-        args.data_dir = osp.join(REPO_ROOT, 'data',
-                                 f'llvip_synthetic_{w}x{h}_{args.train}')
+        args.data_dir = checker.data_dir if same else osp.join(
+            REPO_ROOT, 'data',
+            f'llvip_synthetic_{w}x{h}_{args.train}_{args.test}')
     return args
 
 
@@ -127,13 +128,6 @@ def levers(arm: str) -> list:
 def iterations(args) -> int:
     profile = args.profile if args.device == 'cuda' else 0
     return args.warmup + args.timed + args.split + args.count + profile
-
-
-def batch_size(arm: str, base: int) -> int:
-    for n in levers(arm):
-        if n.startswith('batch'):
-            return int(n[len('batch'):])
-    return base
 
 
 def guards_off(cfg) -> None:
@@ -198,24 +192,27 @@ def arm_config(arm: str, args) -> str:
 
     import mmsafe  # noqa: F401  (the hook types looked up by guards_off)
     cfg = Config.fromfile(args.config)
-    base_batch = cfg.train_dataloader.batch_size
-    batch = batch_size(arm, base_batch)
     root = args.data_dir.rstrip('/') + '/'
     data = synthetic(args)
-    cfg.train_dataloader.dataset.update(
-        data_root=root, synthetic=data, indices=iterations(args) * batch)
-    for loader in ('val_dataloader', 'test_dataloader'):
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         cfg[loader].dataset.update(data_root=root, synthetic=data)
     if args.scale:
         set_scale(cfg, args.scale)
-    cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=1,
-                         val_interval=1)
+    # one loop over the windows, the loader cycling through the tree
+    # without epoch boundaries; one validation at the end
+    total = iterations(args)
+    cfg.train_dataloader.sampler = dict(type='InfiniteSampler', shuffle=True)
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=total,
+                         val_interval=total)
+    cfg.log_processor = dict(cfg.get('log_processor', {}) or {},
+                             by_epoch=False)
     for key in ('backbone', 'ir_backbone'):
         if cfg.model.get(key):
             cfg.model[key].init_cfg = None  # no download
-    cfg.default_hooks.logger.interval = 10
+    # losses logged (and checked) at least twice, at most every 10 steps
+    cfg.default_hooks.logger.interval = max(1, min(10, total // 2))
     # no checkpoint: a save is not part of an iteration
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook',
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False,
                                         interval=10**6, save_last=False)
     cfg.custom_hooks = list(cfg.get('custom_hooks', []) or [])
     imports = list(cfg.custom_imports.get('imports', []))
@@ -263,10 +260,8 @@ def run_arm(arm: str, args, round_index: int) -> dict:
                          f'out={result.timed_out}); full output in '
                          f'{work_dir}/train_output.txt')
     if not osp.isfile(profile):
-        raise SystemExit(f'arm {arm!r}: the training ended before the '
-                         f'{iterations(args)} measured iterations did (the '
-                         'dataset\'s filter left fewer pairs than '
-                         f'{iterations(args)} batches: raise --train); '
+        raise SystemExit(f'arm {arm!r}: the training ended without the '
+                         f'profile of its {iterations(args)} iterations; '
                          f'output in {work_dir}/train_output.txt')
     with open(profile, encoding='utf-8') as f:
         stages = json.load(f)
