@@ -287,3 +287,31 @@ def test_channels_last_computes_the_same_model():
     ours = dict(model.named_parameters())
     for name, param in fresh.named_parameters():
         assert torch.equal(param, ours[name]), name
+
+
+@pytest.mark.parametrize('channels_last', [False, True])
+def test_a_training_step_makes_no_host_sync_in_mmsafes_model_code(
+        channels_last):
+    """Neither the dual-stream detector nor the MACL head converts a tensor
+    to a Python value on the training path (each conversion is a host sync
+    on CUDA); MMDetection's heads do, and are counted, so the counter
+    sees the step."""
+    from mmengine.optim import OptimWrapper
+
+    from benchmarks.stage_profile_hook import SyncCounter
+    model = _build(channels_last=channels_last)
+    model.train()
+    wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01))
+    data = _data([[[4, 4, 40, 50]], [[10, 8, 60, 40], [50, 20, 90, 60]]])
+    model.train_step(data, wrapper)  # first step: one-time reads
+    counter = SyncCounter(cuda=False)
+    counter.install()
+    try:
+        model.train_step(data, wrapper)
+    finally:
+        counter.remove()
+    ours = {site: n for site, n in counter.conversions.items()
+            if ' @ model (mmsafe)' in site or '(via model (mmsafe))' in site}
+    assert ours == {}
+    assert any(' @ model (MMDetection)' in site
+               for site in counter.conversions), counter.conversions
