@@ -150,3 +150,24 @@ def test_two_arms_of_the_demo_side_by_side(tmp_path):
     assert any(p.startswith('guard ') for p in on['split'][0])
     assert not any(p.startswith('guard ') for p in off['split'][0])
     assert 'MACLCheckHook' in on['guards'] and off['guards'] == []
+
+
+def test_gpu_busy_fraction_is_the_union_of_kernel_intervals():
+    """Overlapping kernels count once, CPU events not at all."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from benchmarks.stage_profile_hook import _busy_fraction
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(kind, start, end):
+        return SimpleNamespace(device_type=kind, time_range=SimpleNamespace(
+            start=start, end=end))
+
+    prof = SimpleNamespace(events=lambda: [
+        event(cuda, 10, 30), event(cuda, 20, 40), event(cpu, 0, 100),
+        event(cuda, 60, 70)])
+    assert _busy_fraction(prof, 100.0) == 0.4
+    assert _busy_fraction(SimpleNamespace(
+        events=lambda: [event(cpu, 0, 5)]), 100.0) is None
