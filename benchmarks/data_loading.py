@@ -292,7 +292,8 @@ def measure_decode(num: int, size, args) -> None:
         print(f'\n({num} synthetic JPEG pairs of {w}x{h} ready at {src}_q* '
               f'after {time.perf_counter() - start:.1f} s)')
     scale = cfg.reduced_decode['scale']
-    names = list(SETTINGS)
+    names = [n for n in SETTINGS if n in args.decode_settings]
+    codecs = [n for n in CODEC if n in args.decode_settings]
     for files, root in roots.items():
         (w, h), bpp = bits_per_pixel(root, num)
         pairs = len(train_files(root, 'visible', num))
@@ -307,40 +308,44 @@ def measure_decode(num: int, size, args) -> None:
               f'work), {args.decode_rounds} rounds x {args.decode_passes} '
               f'passes{ir} ==')
         runs = {n: [] for n in names}
-        for r in range(args.decode_rounds):
+        for r in range(args.decode_rounds if names else 0):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in (order if r % 2 == 0 else order[::-1]):
                 runs[name].append(run_child(name, root, args))
         measured = {x['pairs'] for n in names for x in runs[n]}
-        if measured != {pairs}:
+        if names and measured != {pairs}:
             raise RuntimeError(f'the measuring processes ran {measured} '
                                f'pairs, not {pairs}')
         rate = {n: {k: median([x[k] for x in runs[n]])
                     for k in ('wall', 'cpu', 'faults')} for n in names}
-        width = max(len(n) for n in names)
-        print(f'{"setting":<{width}}  pairs/s per worker (wall | CPU)  '
-              'page faults per pair')
+        if names:
+            width = max(len(n) for n in names)
+            print(f'{"setting":<{width}}  pairs/s per worker (wall | CPU)  '
+                  'page faults per pair')
         for n in names:
             print(f'{n:<{width}}  {rate[n]["wall"]:7.1f} | '
                   f'{rate[n]["cpu"]:7.1f}  {rate[n]["faults"]:8.0f}')
 
         def ratio(a: str, b: str, what: str) -> None:
-            print(f'{what}: {rate[a]["wall"] / rate[b]["wall"]:.2f}x '
-                  f'(CPU {rate[a]["cpu"] / rate[b]["cpu"]:.2f}x)')
+            if a in rate and b in rate:  # both settings ran
+                print(f'{what}: {rate[a]["wall"] / rate[b]["wall"]:.2f}x '
+                      f'(CPU {rate[a]["cpu"] / rate[b]["cpu"]:.2f}x)')
 
-        full, red, full_k, red_k = names
+        full, red, full_k, red_k = SETTINGS
         ratio(red, full, 'reduced/full, allocator as it is')
         ratio(red_k, full_k, 'reduced/full, both with KeepFreedMemory')
         ratio(full_k, full, 'KeepFreedMemory, full decode')
         ratio(red_k, red, 'KeepFreedMemory, reduced decode')
         ratio(red_k, full, 'the recipe / full decode as it is')
-        if args.stages:
+        if args.stages and names:
             print('per transform, ms per pair (median over the rounds of '
                   'each process\'s median pass): ' + ' | '.join(names))
             for stage in runs[names[0]][0]['stages']:
                 cells = [median([x['stages'][stage] for x in runs[n]]) * 1e3
                          for n in names]
                 print(f'  {stage}: ' + ' | '.join(f'{c:.2f}' for c in cells))
+        if len(codecs) < len(CODEC):  # the line compares both
+            continue
         codec = {n: [] for n in CODEC}
         for r in range(args.decode_rounds):
             for name in (list(CODEC) if r % 2 == 0 else list(CODEC)[::-1]):
@@ -434,6 +439,13 @@ def main() -> None:
                         help='decode comparison: the infrared loader\'s '
                         'ir_color_type on both sides (default: the '
                         'recipe\'s)')
+    parser.add_argument('--decode-settings', nargs='+', metavar='SETTING',
+                        choices=list(SETTINGS) + list(CODEC),
+                        default=list(SETTINGS) + list(CODEC),
+                        help='the decode comparison\'s settings to measure '
+                        '(default: all of %(choices)s); a ratio is printed '
+                        'when the settings it compares ran, the OpenCV '
+                        'alone line when both of its settings are chosen')
     parser.add_argument('--stages', action='store_true',
                         help='also time each transform of the decode '
                         'comparison\'s pipeline (ms per pair)')

@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import Optional
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:
@@ -111,12 +112,15 @@ def stuck_worker(root: str, deadline: float, timeout: float) -> dict:
         leaked_workers=event['leaked_workers'])
 
 
-def stalled_rank(root: str, deadline: float, timeout: float) -> dict:
+def stalled_rank(root: str, deadline: float, timeout: float,
+                 stall_seconds: Optional[float] = None) -> dict:
     work_dir = osp.join(root, 'watchdog')
     stall_iter = 3
+    if stall_seconds is None:
+        stall_seconds = deadline * 2 + 10
     cfg = write_config(
         osp.join(root, 'watchdog_cfg.py'), WATCHDOG_CONFIG.format(
-            stall_iter=stall_iter, stall_seconds=deadline * 2 + 10,
+            stall_iter=stall_iter, stall_seconds=stall_seconds,
             iters=stall_iter + 3, timeout=deadline, work_dir=work_dir))
     result = run_train(cfg, nproc=2, timeout=timeout)
     _check(result, 'stalled-rank')
@@ -169,11 +173,19 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument('--probe-timeout', type=float, default=10.)
     parser.add_argument('--watchdog-timeout', type=float, default=10.)
+    parser.add_argument('--stall-seconds', type=float, default=None,
+                        help='how long rank 1 sleeps in the stalled-rank run '
+                        '(default: twice --watchdog-timeout + 10); it must '
+                        'outlast the watchdog deadline and both stack dumps')
     parser.add_argument('--run-timeout', type=float, default=420.,
                         help='hard limit per training run (s)')
     parser.add_argument('--only', choices=['worker', 'rank', 'nan'],
                         nargs='*', default=['worker', 'rank', 'nan'])
     args = parser.parse_args()
+    if args.stall_seconds is not None and \
+            args.stall_seconds <= args.watchdog_timeout:
+        parser.error('--stall-seconds must be longer than '
+                     '--watchdog-timeout')
     root = tempfile.mkdtemp(prefix='mmsafe_bench_detect_')
     print(f'machine: {machine()}')
     print(f'revision: {revision()}')
@@ -191,7 +203,8 @@ def main() -> None:
                   f'{r["past_deadline_training_s"]:.2f} s past the deadline')
             print(f'(run wall {time.monotonic() - start:.1f} s)')
         if 'rank' in args.only:
-            r = stalled_rank(root, args.watchdog_timeout, args.run_timeout)
+            r = stalled_rank(root, args.watchdog_timeout, args.run_timeout,
+                             args.stall_seconds)
             print(f'\n== stalled rank (2-rank gloo DDP, rank 1 sleeps in '
                   f'forward), watchdog deadline {r["deadline_s"]:g} s ==')
             for rank in (0, 1):

@@ -34,8 +34,10 @@ def _assert_overhead_figures(out: str) -> None:
 
 
 def test_guard_overhead_single(tmp_path):
-    out = _run('benchmarks/guard_overhead.py', '--iters', '4', '--block',
-               '2', '--profile', '--work-dir', str(tmp_path))
+    # blocks of 1 iteration: a warm-up, 2 timed (the bootstrap interval
+    # needs 2 per mode), the counting and the profiling block
+    out = _run('benchmarks/guard_overhead.py', '--iters', '2', '--block',
+               '1', '--profile', '--work-dir', str(tmp_path))
     _assert_overhead_figures(out)
     assert 'single process, cpu' in out
     # no collective at all in a single process
@@ -48,8 +50,10 @@ def test_guard_overhead_single(tmp_path):
 
 
 def test_guard_overhead_ddp(tmp_path):
+    # a warm-up, 2 timed and the counting block of 1 iteration each: the
+    # counted iteration is the run's last
     out = _run('benchmarks/guard_overhead.py', '--ddp', '--iters', '2',
-               '--block', '2', '--work-dir', str(tmp_path))
+               '--block', '1', '--work-dir', str(tmp_path))
     _assert_overhead_figures(out)
     assert '2-rank gloo DDP' in out
     # A healthy step adds no collective; the monitoring all-reduce runs at
@@ -61,15 +65,25 @@ def test_guard_overhead_ddp(tmp_path):
     assert match and float(match.group(1)) > 0.0, out[-3000:]
 
 
+@pytest.fixture(scope='module')
+def detect_recover_output():
+    """One run of the three scenarios (one process start instead of three);
+    rank 1 stalls 4 s past the watchdog's 2 s deadline."""
+    return _run('benchmarks/detect_recover.py', '--only', 'worker', 'rank',
+                'nan', '--probe-timeout', '2', '--watchdog-timeout', '2',
+                '--stall-seconds', '6')
+
+
 @pytest.mark.parametrize('scenario,pattern', [
-    ('worker', rf'fallback done: -?{NUMBER} s past the deadline'),
-    ('rank', rf'rank 1: stack dump -?{NUMBER} s past the deadline'),
-    ('nan', r'iterations from fault to skip: 0; steps lost beyond the '
-     r'faulty one: 0'),
+    ('worker', r'== stuck DataLoader worker .*\n'
+     rf'fallback done: -?{NUMBER} s past the deadline'),
+    ('rank', r'== stalled rank .*\n(rank 0: .*\n)?'
+     rf'rank 1: stack dump -?{NUMBER} s past the deadline'),
+    ('nan', r'== NaN loss on rank 1 .*\n.*iterations from fault to skip: 0; '
+     r'steps lost beyond the faulty one: 0'),
 ])
-def test_detect_recover(scenario, pattern):
-    out = _run('benchmarks/detect_recover.py', '--only', scenario,
-               '--probe-timeout', '3', '--watchdog-timeout', '3')
+def test_detect_recover(detect_recover_output, scenario, pattern):
+    out = detect_recover_output
     assert re.search(pattern, out), out[-3000:]
 
 
@@ -77,7 +91,10 @@ def test_data_loading(tmp_path):
     out = _run('benchmarks/data_loading.py', '--rounds', '1', '--batches',
                '3', '--large', '8', '--large-size', '320', '256',
                '--decode', '2', '--decode-rounds', '1', '--decode-passes',
-               '1', '--decode-quality', '75', '--data-dir', str(tmp_path))
+               '1', '--decode-quality', '75', '--data-dir', str(tmp_path),
+               # the two settings of the ratio checked below; every setting
+               # and the OpenCV alone line: test_data_loading_stages.py
+               '--decode-settings', 'full decode', 'reduced decode')
     assert len(re.findall(rf'num_workers=2: {NUMBER} pairs/s', out)) == 2
     assert len(re.findall(rf'num_workers=0: {NUMBER} pairs/s', out)) == 2
     assert '8 synthetic 320x256 pairs' in out
@@ -86,6 +103,11 @@ def test_data_loading(tmp_path):
                      out), out[-3000:]
     assert re.search(rf'reduced/full, allocator as it is: {NUMBER}x',
                      out), out[-3000:]
+    # only the chosen settings were measured
+    assert re.search(rf'\nreduced decode +{NUMBER} \| +{NUMBER} +[0-9]+\n',
+                     out), out[-3000:]
+    assert 'decode + KeepFreedMemory' not in out, out[-3000:]
+    assert 'OpenCV alone' not in out, out[-3000:]
 
 
 def test_object_offsets():
