@@ -155,7 +155,8 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
         super().run_iter(data_batch)
 
 
-def replace_loop_loader(loop: Any, new_loader: DataLoader) -> List[int]:
+def replace_loop_loader(loop: Any, new_loader: DataLoader,
+                        force: bool = False) -> List[int]:
     """Make ``loop`` read its batches from ``new_loader``.
 
     Call it before the loop fetched its first batch (a ``before_train``,
@@ -174,11 +175,14 @@ def replace_loop_loader(loop: Any, new_loader: DataLoader) -> List[int]:
         new_loader (DataLoader): the loader to read from; it should share
             the old loader's sampler so that the sample order is kept
             (:func:`mmsafe.datasets.loader.rebuild_loader` does).
+        force (bool): kill the old workers before shutting them down (a
+            loader whose workers failed: they may never answer the polite
+            shutdown, which waits seconds for each). Defaults to False.
 
     Returns:
         list[int]: pids of old worker processes that could not be stopped.
     """
-    alive = stop_loop_workers(loop)
+    alive = stop_loop_workers(loop, force=force)
     loop.dataloader = new_loader
     infinite = getattr(loop, 'dataloader_iterator', None)
     if infinite is not None:
@@ -186,7 +190,7 @@ def replace_loop_loader(loop: Any, new_loader: DataLoader) -> List[int]:
     return alive
 
 
-def stop_loop_workers(loop: Any) -> List[int]:
+def stop_loop_workers(loop: Any, force: bool = False) -> List[int]:
     """Shut down the loader workers that ``loop`` keeps between batches:
     its loader's persistent iterator and, for ``IterBasedTrainLoop``, the
     iterator inside its ``dataloader_iterator`` (which starts the next
@@ -196,8 +200,9 @@ def stop_loop_workers(loop: Any) -> List[int]:
     Returns:
         list[int]: pids of worker processes that could not be stopped.
     """
-    alive = shutdown_loader(loop.dataloader)
+    alive = shutdown_loader(loop.dataloader, force=force)
     infinite = getattr(loop, 'dataloader_iterator', None)
     if infinite is not None:
-        alive += shutdown_iterator(getattr(infinite, '_iterator', None))
+        alive += shutdown_iterator(getattr(infinite, '_iterator', None),
+                                   force=force)
     return alive

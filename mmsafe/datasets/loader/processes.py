@@ -79,14 +79,15 @@ def shutdown_iterator(it: Any, force: bool = False) -> List[int]:
     return kill_processes(workers)
 
 
-def shutdown_loader(loader: DataLoader) -> List[int]:
+def shutdown_loader(loader: DataLoader, force: bool = False) -> List[int]:
     """Shut down the persistent iterator a loader may keep; the loader
-    starts fresh workers on its next ``iter``."""
+    starts fresh workers on its next ``iter``. ``force``: as for
+    :func:`shutdown_iterator`."""
     it = getattr(loader, '_iterator', None)
     if it is None:
         return []
     loader._iterator = None
-    return shutdown_iterator(it)
+    return shutdown_iterator(it, force=force)
 
 
 class IgnoreStopSignals:

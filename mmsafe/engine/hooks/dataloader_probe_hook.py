@@ -213,7 +213,10 @@ class DataLoaderProbeHook(Hook):
     def _fallback(self, runner, name, loop, settings, cause: str,
                   seconds: float) -> None:
         new_loader = rebuild_loader(loop.dataloader, num_workers=0)
-        alive = replace_loop_loader(loop, new_loader)
+        # workers that the loop already started (IterBasedTrainLoop starts
+        # them when it is built) are of the kind that just failed: killed,
+        # not asked politely and waited for
+        alive = replace_loop_loader(loop, new_loader, force=True)
         self._check_leak(runner, name, alive)
         self._counts['fallbacks'] += 1
         key = f'{name}_dataloader'
