@@ -93,9 +93,9 @@ def parse_args(argv=None):
                         help='profiled iterations (CUDA only)')
     parser.add_argument('--rounds', type=int, default=1)
     parser.add_argument('--data-dir', default=None,
-                        help='the synthetic tree (default: gpu_recipe_check\'s '
-                        'with its sizes, else under data/, named by its '
-                        'sizes)')
+                        help='the synthetic tree (default: '
+                        'gpu_recipe_check\'s with its sizes, else under '
+                        'data/, named by its sizes)')
     parser.add_argument('--work-dir', default=osp.join(
         REPO_ROOT, 'work_dirs', 'recipe_profile'))
     parser.add_argument('--timeout', type=float, default=300,

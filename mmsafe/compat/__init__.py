@@ -9,13 +9,13 @@ from .torch_features import (autocast_dtype, autocast_enabled,
                              default_store_address,
                              grad_scaler, numpy_pickle_functions,
                              numpy_to_tensor, plain_tensor_dtypes,
-                             sgd_has_fused, storage_dtypes, supports_tensor_dtype,
-                             tensor_dtypes)
+                             sgd_has_fused, storage_dtypes,
+                             supports_tensor_dtype, tensor_dtypes)
 
 __all__ = [
     'autocast_dtype', 'autocast_enabled', 'cpu_autocast_dtypes',
     'ddp_reduction_check', 'default_store_address',
     'grad_scaler', 'numpy_pickle_functions', 'numpy_to_tensor',
-    'plain_tensor_dtypes', 'sgd_has_fused', 'storage_dtypes', 'supports_tensor_dtype',
-    'tensor_dtypes'
+    'plain_tensor_dtypes', 'sgd_has_fused', 'storage_dtypes',
+    'supports_tensor_dtype', 'tensor_dtypes'
 ]
