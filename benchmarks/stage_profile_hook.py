@@ -47,6 +47,9 @@ from mmengine.hooks import Hook
 
 from mmdet.registry import HOOKS
 
+# the tensor-to-host conversions that guard_overhead.py counts too
+from benchmarks._common import _SYNC_METHODS
+
 WINDOWS = ('warmup', 'timed', 'split', 'count', 'profile')
 
 #: model parts timed in the split window: (label, attribute path on the
@@ -67,8 +70,6 @@ OPTIM_PARTS = (('backward', 'backward'), ('optimizer step', 'step'),
 #: the iteration methods of a hook that run at every training step
 HOOK_METHODS = ('before_train_iter', 'after_train_iter')
 
-_CONVERSIONS = ('item', 'tolist', 'cpu', 'numpy', '__float__', '__int__',
-                '__bool__')
 
 
 def _package_dir(name: str) -> Optional[str]:
@@ -137,7 +138,7 @@ class SyncCounter:
 
     def install(self) -> None:
         import torch
-        for name in _CONVERSIONS:
+        for name in _SYNC_METHODS:
             original = getattr(torch.Tensor, name)
             self._saved[name] = original
             setattr(torch.Tensor, name, self._counted(original, name))
@@ -237,6 +238,17 @@ class _Timer:
         return out
 
 
+def channels_last_weights(model) -> tuple:
+    """``(channels-last, all)`` of ``model``'s 4-D weights whose two layouts
+    differ (a 1x1 kernel's are the same)."""
+    import torch
+    layout = torch.channels_last
+    weights = [p for p in model.parameters() if p.dim() == 4 and not (
+        p.is_contiguous() and p.is_contiguous(memory_format=layout))]
+    return sum(p.is_contiguous(memory_format=layout) for p in weights), \
+        len(weights)
+
+
 def _busy_fraction(prof, wall_us: float) -> Optional[float]:
     """Union of the CUDA kernels' intervals over ``wall_us``; None when the
     profiler reported no kernel."""
@@ -321,22 +333,15 @@ class StageProfileHook(Hook):
             if not type(hook).__module__.startswith('mmsafe.'):
                 continue
             for method in HOOK_METHODS:
-                if method in type(hook).__dict__ or any(
-                        method in base.__dict__
-                        for base in type(hook).__mro__[1:]
-                        if base.__module__.startswith('mmsafe.')):
+                # only the methods the guard overrides (not Hook's no-ops)
+                if getattr(type(hook), method) is not getattr(Hook, method):
                     setattr(hook, method, self.timer.wrap(
                         f'guard {type(hook).__name__}',
                         getattr(hook, method)))
             guards.append(type(hook).__name__)
-        # 4-D weights whose two layouts differ (a 1x1 kernel's are the
-        # same), and how many of them are channels-last
-        layout = torch.channels_last
-        weights = [p for p in model.parameters() if p.dim() == 4 and not (
-            p.is_contiguous() and p.is_contiguous(memory_format=layout))]
-        nhwc = sum(p.is_contiguous(memory_format=layout) for p in weights)
+        nhwc, total = channels_last_weights(model)
         self.result.update(
-            channels_last_weights=f'{nhwc}/{len(weights)}',
+            channels_last_weights=f'{nhwc}/{total}',
             model_parts=sorted(set(parts)), guards=guards,
             optim_wrapper=type(wrapper).__name__,
             runner=type(runner).__name__,
@@ -355,7 +360,6 @@ class StageProfileHook(Hook):
             if self.window(self.step - 1) != 'timed':
                 self._sync_device()
                 self._window_start = time.perf_counter()
-                now = self._window_start
             elif self._last_end is not None:
                 self.result['data_wait_ms'].append(
                     (now - self._last_end) * 1e3)

@@ -219,14 +219,9 @@ def test_tiny_config_inherits_the_r50_recipe_and_builds_the_same_model():
     assert not any(k.startswith('backbone.layer4') for k in shapes)
 
 
-def _nhwc_weights(model):
-    """(channels-last, all) 4-D weights whose two layouts differ (a 1x1
-    kernel's are the same)."""
-    layout = torch.channels_last
-    weights = [p for p in model.parameters() if p.dim() == 4 and not (
-        p.is_contiguous() and p.is_contiguous(memory_format=layout))]
-    return sum(p.is_contiguous(memory_format=layout) for p in weights), \
-        len(weights)
+def channels_last_weights(model):
+    from benchmarks.stage_profile_hook import channels_last_weights
+    return channels_last_weights(model)
 
 
 def test_channels_last_same_weights_as_the_default_layout():
@@ -234,8 +229,8 @@ def test_channels_last_same_weights_as_the_default_layout():
     draws are made in the default layout), the convolutions' weights are
     channels-last, and the default model has none."""
     default, nhwc = _build(), _build(channels_last=True)
-    assert _nhwc_weights(default)[0] == 0
-    converted, total = _nhwc_weights(nhwc)
+    assert channels_last_weights(default)[0] == 0
+    converted, total = channels_last_weights(nhwc)
     assert total > 20 and converted == total
     ours = dict(nhwc.named_parameters())
     for name, param in default.named_parameters():
@@ -275,7 +270,7 @@ def test_channels_last_computes_the_same_model():
         torch.testing.assert_close(logs[1][key], logs[0][key], rtol=1e-4,
                                    atol=1e-6, msg=key)
     assert all(torch.isfinite(v).all() for v in logs[1].values())
-    converted, total = _nhwc_weights(model)
+    converted, total = channels_last_weights(model)
     assert converted == total > 20
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
@@ -283,7 +278,7 @@ def test_channels_last_computes_the_same_model():
     state = load_checkpoint_file(buffer)
     fresh = _build()
     fresh.load_state_dict(state)
-    assert _nhwc_weights(fresh)[0] == 0
+    assert channels_last_weights(fresh)[0] == 0
     ours = dict(model.named_parameters())
     for name, param in fresh.named_parameters():
         assert torch.equal(param, ours[name]), name
