@@ -52,7 +52,8 @@ def parse_args(argv=None):
     parser.add_argument('--box-tolerance', type=float, default=1.0,
                         help='pixels a box may reach past the image border '
                         'as a warning (box_past_border) before it is an '
-                        'error (out_of_image_box); default 1')
+                        'error (out_of_image_box), unless that is within a '
+                        'quarter of its own width/height; default 1')
     parser.add_argument('--seed', type=int, default=0,
                         help='seed of the random augmentations')
     parser.add_argument('--strict', action='store_true',

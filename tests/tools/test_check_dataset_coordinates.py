@@ -3,6 +3,7 @@ the releases' formats: a split read with the wrong coordinate base is
 named with its files and the dataset argument to set, a box past its own
 image's border is reported per sample (each image with its own size), and
 a healthy split is silent."""
+import os
 import os.path as osp
 
 import pytest
@@ -161,3 +162,54 @@ def test_border_contacts_use_each_image_size():
     boxes = np.array([[-1, 0, 439, 319], [0, 1, 440, 320], [1, 5, 441, 10]])
     assert border_contacts(boxes, 440, 320) == dict(
         low=[1, 2, 2], high=[0, 2, 2, 1])
+
+
+def test_kaist_boxes_cut_by_the_frame_are_warnings(tmp_path):
+    """KAIST annotates pedestrians cut by the right border by their full
+    extent (as released: up to 6 px, 22% of the box, past x = 640): a
+    warning, since the transforms clip them; a box mostly outside its image
+    stays an error."""
+    import cv2
+    import numpy as np
+
+    from tests.datasets.kaist_fixtures import xml_tree
+    root = str(tmp_path) + '/'
+    frames = {
+        # as in set07/V002/I00799 and set07/V001/I03399 of the release
+        'set07/V002/I00799': [('person?', 619, 227, 27, 78, 0),
+                              ('person', 100, 200, 30, 60, 0)],
+        'set07/V001/I03399': [('person', 589, 209, 57, 105, 0)],
+        # 30 of 40 px past the border: wrong coordinates, not a cut object
+        'set07/V001/I03400': [('person', 630, 200, 40, 80, 0)],
+    }
+    xml_tree(root, frames, {'train-all-02.txt': list(frames)}, images=False)
+    img = np.zeros((H, W, 3), np.uint8)
+    for frame in frames:
+        set_id, video, name = frame.split('/')
+        for modality in ('visible', 'lwir'):
+            path = osp.join(root, 'images', set_id, video, modality,
+                            name + '.jpg')
+            os.makedirs(osp.dirname(path), exist_ok=True)
+            assert cv2.imwrite(path, img), path
+    report = _audit(dict(type='KAISTDataset', data_root=root,
+                         ann_file='imageSets/train-all-02.txt',
+                         data_prefix=dict(img='images/'), filter_cfg=None))
+    def frame(issue):  # images/setNN/VNNN/visible/INNNNN.jpg
+        parts = issue['img_path'].split('/')
+        return '/'.join(parts[-4:-2] + [parts[-1][:-4]])
+
+    found = sorted((i['kind'], frame(i)) for i in report['issues']
+                   if i['source'] == 'annotation')
+    assert found == [('box_past_border', 'set07/V001/I03399'),
+                     ('box_past_border', 'set07/V002/I00799'),
+                     ('out_of_image_box', 'set07/V001/I03400')], found
+    past = {frame(i): i for i in report['issues']
+            if i['kind'] == 'box_past_border'}
+    assert past['set07/V002/I00799']['boxes'] == [[619.0, 227.0, 646.0,
+                                                   305.0]]
+    assert 'by up to 6 px' in past['set07/V001/I03399']['message']
+    # the pipeline (no resize here) delivers the same boxes: same verdicts
+    assert sorted((i['kind'], frame(i)) for i in report['issues']
+                  if i['source'] == 'pipeline') == [
+                      ('out_of_image_box', 'set07/V001/I03400')]
+    assert report['errors'] == 2

@@ -28,8 +28,9 @@ class PairAuditDataset(Dataset):
         show_dir (str, optional): where to write ``visible | infrared``
             images with boxes, as the pipeline outputs them.
         box_tolerance (float): pixels a box may reach past the image
-            border before it is ``out_of_image_box`` (an error); within it
-            the box is ``box_past_border`` (a warning).
+            border as ``box_past_border`` (a warning), whatever its size;
+            a box that reaches farther, and farther than a quarter of its
+            own width/height, is ``out_of_image_box`` (an error).
     """
 
     def __init__(self,
