@@ -26,6 +26,12 @@ _SCRIPT = re.compile(r'(?<![\w./-])((?:tools|benchmarks)/[\w./-]+\.py|'
                      r'mmsafe-[a-z][a-z-]*|mmsafe\.tools\.\w+)\b')
 # Where a command ends: a shell separator or the end of the code.
 _COMMAND_END = re.compile(r'\||;|&&|\n')
+# Programs other than mmsafe's whose options the docs may give alone in a
+# code span, in a paragraph that names the program.
+_OTHER_PROGRAM = re.compile(r'\b(pip|srun|sbatch|torchrun|conda|docker)\b')
+# The script of an option given alone with no script or other program
+# named in its paragraph: it must be an option of one of the scripts.
+ANY_SCRIPT = '(any script)'
 
 
 def doc_files(root=REPO_ROOT):
@@ -179,7 +185,9 @@ def _attributed_options(text):
     same command (a code span or a code line, up to |, ; or &&), and, in a
     paragraph or list item that names a script in a code span of its own
     (`tools/train.py`: `--work-dir`, ...), options in the code spans that
-    follow it."""
+    follow it. An option alone in a code span of a paragraph that names
+    neither a script nor another program is paired with
+    :data:`ANY_SCRIPT`."""
     pairs = []
     for piece in _code_pieces(text):
         for command in _COMMAND_END.split(piece):
@@ -198,6 +206,9 @@ def _attributed_options(text):
                 current = scripts[-1]
             elif current and _OPTION.match(span):
                 pairs.append((current, _OPTION.match(span).group(1)))
+            elif (_OPTION.match(span)
+                  and not _OTHER_PROGRAM.search(_SPAN.sub(' ', block))):
+                pairs.append((ANY_SCRIPT, _OPTION.match(span).group(1)))
     return pairs
 
 
@@ -221,12 +232,20 @@ def _blocks(prose):
 
 def unknown_options(text, root=REPO_ROOT):
     """'script --option' for each option the text gives with one of the
-    checked scripts that the script does not accept, and 'script (no such
-    file)' for a checked script that does not exist."""
+    checked scripts that the script does not accept, '(any script)
+    --option' for an option alone that no checked script accepts, and
+    'script (no such file)' for a checked script that does not exist."""
     scripts = known_scripts(root)
     cache = {}
     found = []
     for script, opt in _attributed_options(text):
+        if script == ANY_SCRIPT:
+            if 'all' not in cache:
+                cache['all'] = set().union(*(script_options(s, root)
+                                             for s in scripts))
+            if opt not in cache['all']:
+                found.append(f'{script} {opt}')
+            continue
         source = script_source(script, root)
         checked = script.startswith('mmsafe') or any(
             pathlib.PurePosixPath(source).match(p) for p in SCRIPT_PATTERNS)
@@ -328,7 +347,10 @@ def test_checkers_report_a_broken_sample(tmp_path):
         '',
         '  Its continuation: `--max-offset` and `--no-such-offset`.',
         '',
-        'A new paragraph: `--not-attributed`.',
+        'A new paragraph: `--not-attributed` and `--resume`.',
+        '',
+        'Paragraphs naming another program: pip\'s `--no-build-isolation`,',
+        'srun `--kill-on-bad-exit`.',
     ])
     md = tmp_path / 'docs' / 'sample.md'
     assert broken_links(sample, md) == [
@@ -336,6 +358,7 @@ def test_checkers_report_a_broken_sample(tmp_path):
     assert missing_paths(sample) == ['configs/llvip/no_such.py',
                                      'benchmarks/not_there.py']
     assert sorted(unknown_options(sample)) == [
+        '(any script) --not-attributed',
         'benchmarks/not_there.py (no such file)',
         'mmsafe-nothing (no such file)',
         'mmsafe-preflight --no-such-check',
