@@ -8,6 +8,7 @@ import os.path as osp
 
 import pytest
 
+from tests.utils import REPO_ROOT
 from tests.datasets.voc_release_files import (write_flir_frame,
                                               write_m3fd_frame, write_text)
 
@@ -213,3 +214,18 @@ def test_kaist_boxes_cut_by_the_frame_are_warnings(tmp_path):
                   if i['source'] == 'pipeline') == [
                       ('out_of_image_box', 'set07/V001/I03400')]
     assert report['errors'] == 2
+    # the KAIST recipe's training pipeline clips them (and the flip keeps
+    # them inside)
+    from mmdet.registry import DATASETS
+    from mmengine.config import Config
+    cfg = Config.fromfile(osp.join(REPO_ROOT, 'configs', '_base_',
+                                   'datasets', 'kaist.py'))
+    pipeline = [dict(t, prob=1.0) if t['type'] == 'PairedRandomFlip' else t
+                for t in cfg.train_pipeline]
+    dataset = DATASETS.build(dict(
+        type='KAISTDataset', data_root=root, pipeline=pipeline,
+        ann_file='imageSets/train-all-02.txt',
+        data_prefix=dict(img='images/'), filter_cfg=None))
+    assert dataset.get_data_info(1)['img_id'] == 'set07/V001/I03399'
+    boxes = dataset[1]['data_samples'].gt_instances.bboxes.tensor
+    assert boxes.tolist() == [[0.0, 209.0, 51.0, 314.0]]  # 589 + 57 -> 640
