@@ -27,10 +27,14 @@ def toy_config(tmp_dir: str,
         train_cfg = (f"dict(type='IterBasedTrainLoop', max_iters={max_iters},"
                      f' val_interval={val_interval})')
         by_epoch = False
+        # an iteration loop over a finite sampler waits 2 s at the end of
+        # each pass over the data (MMEngine's _InfiniteDataloaderIterator)
+        sampler = 'InfiniteSampler'
     else:
         train_cfg = (f"dict(type='EpochBasedTrainLoop', "
                      f'max_epochs={max_epochs}, val_interval={val_interval})')
         by_epoch = True
+        sampler = 'DefaultSampler'
     work_dir = osp.join(tmp_dir, name)
     text = f'''
 default_scope = 'mmdet'
@@ -44,7 +48,7 @@ model_wrapper_cfg = dict(type='MMDistributedDataParallel',
                          find_unused_parameters=True)
 train_dataloader = dict(
     batch_size={batch_size}, num_workers=0,
-    sampler=dict(type='DefaultSampler', shuffle=True),
+    sampler=dict(type={sampler!r}, shuffle=True),
     dataset=dict(type='ToyPairDataset', num_samples=64,
                  pairing={pairing!r}))
 val_dataloader = dict(
