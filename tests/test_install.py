@@ -159,11 +159,17 @@ def _user_config(work: str) -> str:
                 'mmsafe::_base_/safety_runtime.py',
             ]
             data_root = 'data/demo/'
-            # ResNet-18 and no ImageNet weights: small and offline
+            # ResNet-18 and no ImageNet weights: small and offline; fewer
+            # RoIs, each sampled 2x2 per bin (RoIAlign dominates on CPU)
             model = dict(
                 backbone=dict(depth=18, init_cfg=None),
                 neck=dict(in_channels=[64, 128, 256, 512]),
-                roi_head=dict(bbox_head=dict(num_classes=1)))
+                roi_head=dict(
+                    bbox_roi_extractor=dict(
+                        roi_layer=dict(sampling_ratio=2)),
+                    bbox_head=dict(num_classes=1)),
+                train_cfg=dict(rpn_proposal=dict(max_per_img=256),
+                               rcnn=dict(sampler=dict(num=128))))
             train_pipeline = [
                 dict(type='LoadImageFromFile'),
                 dict(type='LoadAnnotations', with_bbox=True),
@@ -173,6 +179,7 @@ def _user_config(work: str) -> str:
             ]
             train_dataloader = dict(
                 batch_size=2, num_workers=0, persistent_workers=False,
+                sampler=dict(type='InfiniteSampler', shuffle=True),
                 batch_sampler=None,
                 dataset=dict(
                     _delete_=True, type='LLVIPDataset', data_root=data_root,
