@@ -7,7 +7,7 @@ import statistics
 import subprocess
 import sys
 from collections import Counter
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 MMSAFE_DIR = osp.join(REPO_ROOT, 'mmsafe') + os.sep
@@ -84,13 +84,12 @@ _TORCH_TENSOR_HELPERS = ('torch' + os.sep + '_tensor.py',
                          'torch' + os.sep + 'overrides.py')
 
 
-def _site() -> str:
-    """The code that asked for the value: the immediate caller (past
-    torch's own Tensor helpers), as 'path:function:line' when it is an mmsafe
-    guard, else '(not mmsafe)'. Calls made by code that a guard merely
+def _site(frame) -> str:
+    """The code that asked for the value: ``frame``, the immediate caller
+    (past torch's own Tensor helpers), as 'path:function:line' when it is an
+    mmsafe guard, else '(not mmsafe)'. Calls made by code that a guard merely
     calls into (the optimizer under an optim wrapper, a hook under the
     watchdog's call_hook wrapper) are not the guard's."""
-    frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.endswith(
             _TORCH_TENSOR_HELPERS):
         frame = frame.f_back
@@ -103,48 +102,58 @@ def _site() -> str:
     return '(not mmsafe)'
 
 
-class CallCounter:
-    """Counts Python-level torch.distributed collectives and tensor -> host
-    conversions (``.item()``, ``float(t)``, ``.cpu()``, ...; each is a device
-    synchronisation on CUDA), keyed by the mmsafe frame that caused them.
+class MethodCounter:
+    """Counts the calls of methods it replaces on their owner (a class or a
+    module) while installed, each under ``key(name, caller_frame)``.
 
-    Only for a counting phase: it slows every conversion down, so timed
+    Only for a counting phase: it slows every call down, so timed
     iterations never run with it installed.
     """
 
     def __init__(self) -> None:
-        self.syncs: Counter = Counter()
-        self.collectives: Counter = Counter()
         self._saved: Dict = {}
 
-    def install(self) -> None:
-        import torch
-        import torch.distributed as dist
-        for name in _SYNC_METHODS:
-            original = getattr(torch.Tensor, name)
-            self._saved[(torch.Tensor, name)] = original
-            setattr(torch.Tensor, name, self._wrap(original, name,
-                                                   self.syncs))
-        for name in _COLLECTIVES:
-            original = getattr(dist, name, None)
-            if original is None:
-                continue
-            self._saved[(dist, name)] = original
-            setattr(dist, name, self._wrap(original, name, self.collectives))
+    def count(self, owner, name: str, counter: Counter,
+              key: Callable) -> None:
+        original = getattr(owner, name, None)
+        if original is None or (owner, name) in self._saved:
+            return
+        self._saved[(owner, name)] = original
+
+        def counted(*args, **kwargs):
+            counter[key(name, sys._getframe(1))] += 1
+            return original(*args, **kwargs)
+
+        setattr(owner, name, counted)
 
     def remove(self) -> None:
         for (owner, name), original in self._saved.items():
             setattr(owner, name, original)
         self._saved.clear()
 
-    @staticmethod
-    def _wrap(original, name: str, counter: Counter):
 
-        def counted(*args, **kwargs):
-            counter[(name, _site())] += 1
-            return original(*args, **kwargs)
+class CallCounter(MethodCounter):
+    """Counts Python-level torch.distributed collectives and tensor -> host
+    conversions (``.item()``, ``float(t)``, ``.cpu()``, ...; each is a device
+    synchronisation on CUDA), keyed by the mmsafe frame that caused them.
+    """
 
-        return counted
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: Counter = Counter()
+        self.collectives: Counter = Counter()
+
+    def install(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        def key(name, frame):
+            return name, _site(frame)
+
+        for name in _SYNC_METHODS:
+            self.count(torch.Tensor, name, self.syncs, key)
+        for name in _COLLECTIVES:
+            self.count(dist, name, self.collectives, key)
 
     def summary(self) -> dict:
 

@@ -48,7 +48,7 @@ from mmengine.hooks import Hook
 from mmdet.registry import HOOKS
 
 # the tensor-to-host conversions that guard_overhead.py counts too
-from benchmarks._common import _SYNC_METHODS
+from benchmarks._common import _SYNC_METHODS, MethodCounter
 
 WINDOWS = ('warmup', 'timed', 'split', 'count', 'profile')
 
@@ -124,24 +124,27 @@ class SyncOrigins:
             'elsewhere'
 
 
-class SyncCounter:
+class SyncCounter(MethodCounter):
     """Counts, while installed, tensor-to-host conversions and (on CUDA)
     synchronising CUDA calls, each keyed by its origin."""
 
     def __init__(self, cuda: bool) -> None:
+        super().__init__()
         self.cuda = cuda
         self.origins = SyncOrigins()
         self.conversions: Counter = Counter()
         self.cuda_syncs: Counter = Counter()
-        self._saved: Dict[str, Callable] = {}
         self._warnings = None
 
     def install(self) -> None:
         import torch
+        origins = self.origins
+
+        def key(name, frame):
+            return f'{name} @ {origins(frame)}'
+
         for name in _SYNC_METHODS:
-            original = getattr(torch.Tensor, name)
-            self._saved[name] = original
-            setattr(torch.Tensor, name, self._counted(original, name))
+            self.count(torch.Tensor, name, self.conversions, key)
         if self.cuda:
             self._warnings = warnings.catch_warnings()
             self._warnings.__enter__()
@@ -167,18 +170,7 @@ class SyncCounter:
             torch.cuda.set_sync_debug_mode('default')
             self._warnings.__exit__(None, None, None)
             self._warnings = None
-        for name, original in self._saved.items():
-            setattr(torch.Tensor, name, original)
-        self._saved.clear()
-
-    def _counted(self, original: Callable, name: str) -> Callable:
-        counter, origins = self.conversions, self.origins
-
-        def counted(tensor, *args, **kwargs):
-            counter[f'{name} @ {origins(sys._getframe(1))}'] += 1
-            return original(tensor, *args, **kwargs)
-
-        return counted
+        super().remove()
 
 
 def _kind(site: str) -> str:
