@@ -74,10 +74,12 @@ def bbgt(objects: Iterable[Sequence]) -> str:
     return '\n'.join(rows) + '\n'
 
 
-def write_images(root: str, frames: Iterable[str]) -> None:
-    """A tiny visible + lwir jpg pair per frame (the datasets check that
-    both exist; the default img_shape means they are never decoded)."""
-    img = np.zeros((8, 8, 3), np.uint8)
+def write_images(root: str, frames: Iterable[str],
+                 size: Sequence[int] = (8, 8)) -> None:
+    """A black visible + lwir jpg pair of ``size`` (w, h) per frame (the
+    datasets check that both exist; the default img_shape means they are
+    never decoded; tiny unless the test reads their size)."""
+    img = np.zeros((size[1], size[0], 3), np.uint8)
     for frame in frames:
         set_id, video, name = frame.split('/')
         for modality in ('visible', 'lwir'):

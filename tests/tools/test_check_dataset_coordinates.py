@@ -3,7 +3,6 @@ the releases' formats: a split read with the wrong coordinate base is
 named with its files and the dataset argument to set, a box past its own
 image's border is reported per sample (each image with its own size), and
 a healthy split is silent."""
-import os
 import os.path as osp
 
 import pytest
@@ -170,10 +169,7 @@ def test_kaist_boxes_cut_by_the_frame_are_warnings(tmp_path):
     extent (as released: up to 6 px, 22% of the box, past x = 640): a
     warning, since the transforms clip them; a box mostly outside its image
     stays an error."""
-    import cv2
-    import numpy as np
-
-    from tests.datasets.kaist_fixtures import xml_tree
+    from tests.datasets.kaist_fixtures import write_images, xml_tree
     root = str(tmp_path) + '/'
     frames = {
         # as in set07/V002/I00799 and set07/V001/I03399 of the release
@@ -184,14 +180,7 @@ def test_kaist_boxes_cut_by_the_frame_are_warnings(tmp_path):
         'set07/V001/I03400': [('person', 630, 200, 40, 80, 0)],
     }
     xml_tree(root, frames, {'train-all-02.txt': list(frames)}, images=False)
-    img = np.zeros((H, W, 3), np.uint8)
-    for frame in frames:
-        set_id, video, name = frame.split('/')
-        for modality in ('visible', 'lwir'):
-            path = osp.join(root, 'images', set_id, video, modality,
-                            name + '.jpg')
-            os.makedirs(osp.dirname(path), exist_ok=True)
-            assert cv2.imwrite(path, img), path
+    write_images(root, frames, size=(W, H))
     report = _audit(dict(type='KAISTDataset', data_root=root,
                          ann_file='imageSets/train-all-02.txt',
                          data_prefix=dict(img='images/'), filter_cfg=None))
