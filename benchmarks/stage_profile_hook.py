@@ -71,7 +71,6 @@ OPTIM_PARTS = (('backward', 'backward'), ('optimizer step', 'step'),
 HOOK_METHODS = ('before_train_iter', 'after_train_iter')
 
 
-
 def _package_dir(name: str) -> Optional[str]:
     module = sys.modules.get(name)
     path = getattr(module, '__file__', None)
