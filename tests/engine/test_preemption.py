@@ -10,8 +10,9 @@ randomly chosen iteration is reached. The interrupted-and-resumed run must
 end with weights ``torch.equal`` to the uninterrupted run's, on every rank.
 Three runs cover the axes between them (each run costs three trainings):
 single process and DDP, epoch- and iteration-based loops, 2 loader workers
-and 0 (after the loader probe fell back to 0 workers); the other tests use
-the single-process epoch run with 0 workers.
+and 0 (after the loader probe fell back to 0 workers), a seed in the config
+and none (like the recipes: the run draws one); the other tests use the
+single-process epoch run with 0 workers.
 """
 import os
 import os.path as osp
@@ -77,10 +78,16 @@ MODES = {
 #: takes both of its values among them.
 EXACT_RESUME_MODES = ('single_epoch_fallback', 'single_iter_workers',
                       'ddp_epoch_workers')
+#: Runs whose config sets no seed, as the recipes: each run draws its own,
+#: and the resume must take the stopped run's seed before its loader
+#: (sampler, worker seeds) is built. The loader's workers of the iteration
+#: loop start with the loop.
+DRAWN_SEED_MODES = ('single_iter_workers', )
+DEMO_SEED = 0  # configs/llvip/demo_cpu.py's randomness.seed
 
 
 def _config(root, name, mode, delay=0.0, save_wait=0.0, pad_mb=0,
-            ckpt_interval=100):
+            ckpt_interval=100, seed=DEMO_SEED):
     nproc, workers, loop, _, fallback = MODES[mode]
     by_epoch = 'Epoch' in loop
     work_dir = str(root / name)
@@ -89,6 +96,9 @@ def _config(root, name, mode, delay=0.0, save_wait=0.0, pad_mb=0,
         data_root=str(root / 'data') + '/', workers=workers,
         train_cfg=loop, ckpt_interval=ckpt_interval, by_epoch=by_epoch,
         fallback=fallback, delay=delay, save_wait=save_wait, pad_mb=pad_mb))
+    if seed != DEMO_SEED:
+        with open(cfg, 'a') as f:
+            f.write(f'randomness = dict(seed={seed!r})\n')
     return cfg, work_dir
 
 
@@ -134,17 +144,19 @@ def _assert_same_weights(got, want, nproc, what):
                               f'{len(a)} tensors differ, e.g. {differ[:4]}')
 
 
-def uninterrupted(mode):
-    """The final dumps of the uninterrupted run of ``mode`` (one run per
-    test session, shared by the tests that compare with it)."""
+def uninterrupted(mode, seed=DEMO_SEED):
+    """The final dumps of the uninterrupted run of ``mode`` with ``seed``
+    (one run per test session, shared by the tests that compare with
+    it)."""
     def run(folder):
         import pathlib
         nproc = MODES[mode][0]
-        cfg, work_dir = _config(pathlib.Path(folder), 'full', mode)
+        cfg, work_dir = _config(pathlib.Path(folder), 'full', mode,
+                                seed=seed)
         result = run_train(cfg, nproc=nproc, timeout=TIMEOUT)
         assert result.returncode == 0, result
         return _dumps(work_dir, nproc)
-    return run_once_per_session(f'preemption_full_{mode}', run)
+    return run_once_per_session(f'preemption_full_{mode}_seed{seed}', run)
 
 
 def _interrupt(root, mode, at, **cfg_args):
@@ -164,7 +176,9 @@ def test_sigterm_saves_one_iteration_and_resume_is_exact(
     nproc, workers, loop, iterations, fallback = MODES[mode]
     at = random.Random(mode).randint(2, iterations - 6)
     root = tmp_path_factory.mktemp(mode)
-    cfg, work_dir, stopped = _interrupt(root, mode, at)
+    drawn_seed = mode in DRAWN_SEED_MODES
+    cfg, work_dir, stopped = _interrupt(
+        root, mode, at, seed=None if drawn_seed else DEMO_SEED)
     where = f'{mode}: SIGTERM at iteration {at}'
     assert not stopped.timed_out, (where, stopped)
     assert stopped.returncode == PREEMPTED_EXIT_CODE, (where, stopped)
@@ -183,6 +197,8 @@ def test_sigterm_saves_one_iteration_and_resume_is_exact(
     assert [s['rank'] for s in state['ranks']] == list(range(nproc))
     assert {s['iter'] for s in state['ranks']} == {done}, state['ranks']
     assert ckpt['meta']['iter'] == done
+    seed = ckpt['meta']['seed']
+    assert drawn_seed or seed == DEMO_SEED, (where, seed)
     assert 'SIGTERM' in state['signals']
     assert (f'preempted at ' in stopped.output
             and f'iteration {done}; checkpoint {path}' in stopped.output)
@@ -201,47 +217,15 @@ def test_sigterm_saves_one_iteration_and_resume_is_exact(
     assert resumed.returncode == 0, (where, resumed)
     assert f'resumed from {path} at ' in resumed.output, resumed
     assert ': exact: the same remaining samples' in resumed.output, resumed
+    if drawn_seed:
+        assert f'the run takes its seed {seed}' in resumed.output, resumed
     if workers and not fallback:
         assert 'batches replayed' in resumed.output, resumed
     got = _dumps(work_dir, nproc)
     assert got[0]['last_iter'] == iterations
-    _assert_same_weights(got, uninterrupted(mode), nproc, where)
-
-
-@pytest.mark.timeout(900)
-def test_a_run_without_a_seed_resumes_with_the_seed_it_had(tmp_path):
-    """The recipes set no ``randomness.seed``: each run draws its own. The
-    resume must take the stopped run's seed before its loader (sampler,
-    worker seeds) is built, and continue exactly."""
-    mode = 'single_iter_workers'  # the loader's workers start with the loop
-    iterations = MODES[mode][3]
-    cfg, work_dir = _config(tmp_path, 'run', mode, delay=0.25)
-    with open(cfg, 'a') as f:
-        f.write('randomness = dict(seed=None)\n')
-    stopped = run_and_signal(_launch(cfg, 1), TIMEOUT, [
-        (_progress(work_dir, 7), _send(signal.SIGTERM))])
-    if stopped.returncode != PREEMPTED_EXIT_CODE:
-        print('output of the stopped run:', stopped.output[-8000:])
-    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped
-    done = read_events(work_dir, 'preempted')[0]['iter']
-    path = osp.join(work_dir, f'preempted_iter_{done}.pth')
-    seed = load_checkpoint_file(path, map_location='cpu')['meta']['seed']
-
-    resumed = run_train(cfg, timeout=TIMEOUT, args=['--resume'])
-    assert resumed.returncode == 0, resumed
-    assert f'the run takes its seed {seed}' in resumed.output, resumed
-    assert ': exact: the same remaining samples' in resumed.output, resumed
-    got = _dumps(work_dir, 1)
-    assert got[0]['last_iter'] == iterations
-
-    # the run that was never stopped, with the seed the stopped run drew
-    full_cfg, full_dir = _config(tmp_path, 'full', mode)
-    with open(full_cfg, 'a') as f:
-        f.write(f'randomness = dict(seed={seed})\n')
-    full = run_train(full_cfg, timeout=TIMEOUT)
-    assert full.returncode == 0, full
-    _assert_same_weights(got, _dumps(full_dir, 1), 1,
-                         f'no seed in the config, drawn {seed}')
+    # the run that was never stopped, with the seed the stopped run had
+    _assert_same_weights(got, uninterrupted(mode, seed), nproc,
+                         f'{where}, seed {seed}')
 
 
 @pytest.mark.timeout(600)
