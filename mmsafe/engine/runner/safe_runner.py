@@ -25,6 +25,7 @@ from mmsafe.engine.run_context import RunContext, run_context
 from mmsafe.guard_outputs import Event, GuardOutputs, Section
 from .checkpoints import (RunCheckpoints, atomic_save_args,
                           with_atomic_checkpoint_hook)
+from .config_text import formatted_once
 from .cpu_dist import cpu_ddp_wrapper_cfg, dist_env_cfg, wraps_on_cpu
 from .crash import CrashPath, add_rank_fault_hook
 from .dataloader import guard_built_loader
@@ -50,6 +51,9 @@ MMENGINE_PRIVATE = {
 class SafeRunner(Runner):
     """MMEngine's Runner, plus (each in its own module):
 
+    * **the config text formatted once**
+      (:mod:`~mmsafe.engine.runner.config_text`): the log, the dumps and
+      every checkpoint's meta read one yapf run per content;
     * **the run context** (:mod:`mmsafe.engine.run_context`): the event
       log, the :class:`~mmsafe.engine.monitor_sync.MonitorSync` that all of
       the run's mmsafe hooks post to (under DDP their values travel in one
@@ -90,7 +94,10 @@ class SafeRunner(Runner):
         self._crash = CrashPath(self)
         self._loops = BuiltLoops()
         register_checkpoint_schemes()
-        super().__init__(*args, **kwargs)
+        arguments = dict(given.arguments)
+        del arguments['self']
+        arguments['cfg'] = formatted_once(arguments['cfg'])
+        super().__init__(**arguments)
         run_context(self).events.bind(self.work_dir)
         self._crash.open_rank_channel()
 
