@@ -9,7 +9,6 @@ import os.path as osp
 import pickle
 
 import pytest
-import torch
 
 from tests.engine.ckpt_toys_cfg import TOY_CONFIG
 
@@ -50,6 +49,7 @@ def test_a_run_formats_its_config_once_and_stores_mmengine_s_text(
     from mmengine.registry import RUNNERS
 
     import mmsafe  # noqa: F401  (registers SafeRunner)
+    from mmsafe.checkpoint import load_checkpoint_file
     runner = RUNNERS.build(_toy_config(tmp_path))
     runner.train()
     # the log, the dump, the visualizer's copy, the runtime info and two
@@ -59,8 +59,8 @@ def test_a_run_formats_its_config_once_and_stores_mmengine_s_text(
     want = _plain_text(runner.cfg)
     work_dir = runner.work_dir
     for name in ('epoch_1.pth', 'epoch_2.pth'):
-        meta = torch.load(osp.join(work_dir, name), map_location='cpu',
-                          weights_only=False)['meta']
+        meta = load_checkpoint_file(osp.join(work_dir, name),
+                                    map_location='cpu')['meta']
         assert meta['cfg'] == want, name
     (dumped, ) = glob.glob(osp.join(work_dir, '*.py'))
     with open(dumped, encoding='utf-8') as f:
