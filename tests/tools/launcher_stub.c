@@ -78,16 +78,39 @@ static void split(const char *line) {
   }
 }
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  if (s) {
-    for (; *s; s++) {
-      if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-      else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-      else fputc(*s, f);
-    }
+/* One record line, built in memory and appended with a single write: the
+ * launchers start several stand-ins at once (training and TensorBoard), and
+ * the C runtime's buffered "a" mode writes a long line in pieces, each after
+ * its own seek to the end, so two lines written together could overwrite
+ * each other (seen: a line's tail left alone on a line of its own). */
+static char rec[65536];
+static size_t rec_len;
+
+static void add(const char *s) {
+  size_t n = strlen(s);
+  if (rec_len + n >= sizeof rec) {
+    fprintf(stderr, "stand-in: record line too long\n");
+    exit(91);
   }
-  fputc('"', f);
+  memcpy(rec + rec_len, s, n);
+  rec_len += n;
+}
+
+static void add_json(const char *s) {
+  char esc[8];
+  add("\"");
+  for (; s && *s; s++) {
+    if (*s == '"' || *s == '\\') {
+      sprintf(esc, "\\%c", *s);
+    } else if ((unsigned char)*s < 0x20) {
+      sprintf(esc, "\\u%04x", *s);
+    } else {
+      esc[0] = *s;
+      esc[1] = '\0';
+    }
+    add(esc);
+  }
+  add("\"");
 }
 
 static const char *env(const char *name) {
@@ -104,31 +127,47 @@ static void record(const char *name) {
                                "MMCV_WITH_OPS", "MAX_JOBS"};
   char cwd[MAX_PATH];
   const char *path = env("MMSAFE_STUB_RECORD");
-  FILE *f;
+  HANDLE h;
+  DWORD written = 0;
   int i;
-  if (!path || !(f = fopen(path, "ab"))) {
+  GetCurrentDirectoryA(MAX_PATH, cwd);
+  rec_len = 0;
+  add("{\"name\": "); add_json(name);
+  add(", \"args\": [");
+  for (i = 1; i < argc; i++) {
+    if (i > 1) add(", ");
+    add_json(argv[i]);
+  }
+  add("], \"cwd\": "); add_json(cwd);
+  add(", \"exe\": "); add_json(exe);
+  add(", \"env\": {");
+  for (i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
+    const char *v = env(keys[i]);
+    if (i) add(", ");
+    add_json(keys[i]); add(": ");
+    if (v) add_json(v); else add("null");
+  }
+  add("}}\n");
+  /* Written under the file's sharing lock: while one stand-in has the
+   * record open for appending, another's open fails with a sharing
+   * violation and is tried again (the tests read it from outside wine). */
+  for (i = 0;; i++) {
+    h = path ? CreateFileA(path, FILE_APPEND_DATA, FILE_SHARE_READ, NULL,
+                           OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, NULL)
+             : INVALID_HANDLE_VALUE;
+    if (h != INVALID_HANDLE_VALUE || i >= 1000 ||
+        GetLastError() != ERROR_SHARING_VIOLATION)
+      break;
+    Sleep(10);
+  }
+  if (h == INVALID_HANDLE_VALUE ||
+      !WriteFile(h, rec, (DWORD)rec_len, &written, NULL) ||
+      written != rec_len) {
     fprintf(stderr, "stand-in %s: cannot append to MMSAFE_STUB_RECORD\n",
             name);
     exit(90);
   }
-  GetCurrentDirectoryA(MAX_PATH, cwd);
-  fputs("{\"name\": ", f); json_string(f, name);
-  fputs(", \"args\": [", f);
-  for (i = 1; i < argc; i++) {
-    if (i > 1) fputs(", ", f);
-    json_string(f, argv[i]);
-  }
-  fputs("], \"cwd\": ", f); json_string(f, cwd);
-  fputs(", \"exe\": ", f); json_string(f, exe);
-  fputs(", \"env\": {", f);
-  for (i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
-    const char *v = env(keys[i]);
-    if (i) fputs(", ", f);
-    json_string(f, keys[i]); fputs(": ", f);
-    if (v) json_string(f, v); else fputs("null", f);
-  }
-  fputs("}}\n", f);
-  fclose(f);
+  CloseHandle(h);
 }
 
 static void venv_file(char *out, const char *file) {
