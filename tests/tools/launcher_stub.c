@@ -127,7 +127,7 @@ static void record(const char *name) {
                                "MMCV_WITH_OPS", "MAX_JOBS"};
   char cwd[MAX_PATH];
   const char *path = env("MMSAFE_STUB_RECORD");
-  HANDLE h;
+  HANDLE h = INVALID_HANDLE_VALUE;
   DWORD written = 0;
   int i;
   GetCurrentDirectoryA(MAX_PATH, cwd);
@@ -151,16 +151,15 @@ static void record(const char *name) {
   /* Written under the file's sharing lock: while one stand-in has the
    * record open for appending, another's open fails with a sharing
    * violation and is tried again (the tests read it from outside wine). */
-  for (i = 0;; i++) {
-    h = path ? CreateFileA(path, FILE_APPEND_DATA, FILE_SHARE_READ, NULL,
-                           OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, NULL)
-             : INVALID_HANDLE_VALUE;
+  for (i = 0; path; i++) {
+    h = CreateFileA(path, FILE_APPEND_DATA, FILE_SHARE_READ, NULL,
+                    OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, NULL);
     if (h != INVALID_HANDLE_VALUE || i >= 1000 ||
         GetLastError() != ERROR_SHARING_VIOLATION)
       break;
     Sleep(10);
   }
-  if (h == INVALID_HANDLE_VALUE ||
+  if (!path || h == INVALID_HANDLE_VALUE ||
       !WriteFile(h, rec, (DWORD)rec_len, &written, NULL) ||
       written != rec_len) {
     fprintf(stderr, "stand-in %s: cannot append to MMSAFE_STUB_RECORD\n",
