@@ -120,8 +120,8 @@ def test_the_rule_is_the_type_not_where_it_was_raised():
     bug = _raised_lazily(lambda: np.zeros('three'))
     assert isinstance(bug, TypeError) and not is_explained(bug)
     # mmsafe's own check, in mmsafe's code
-    from mmsafe.datasets.box_frame import voc_box
-    exc = _raised_lazily(lambda: voc_box(None, 0, 'x.xml'))
+    from mmsafe.datasets.annotation_reader import parse_xml
+    exc = _raised_lazily(lambda: parse_xml(b'<a>', 'x.xml', 'VOC'))
     assert isinstance(exc, ValueError) and is_explained(exc)
     assert '[mmsafe]' not in str(exc)  # the type decides, not the text
 

@@ -6,12 +6,15 @@ where they count from: PASCAL VOC's own files number the first pixel 1, so
 MMDetection subtracts 1; files written by a converter from 0-based
 coordinates (the aligned FLIR release) do not want that. A dataset names
 the base of its release (``BBOX_BASE``, overridable with ``bbox_base``) and
-every coordinate is loaded as ``value - base``, so a box spanning the whole
-image ends at ``width - 1``, the last pixel's index, whichever the base.
+every coordinate is loaded as ``value - base``
+(:func:`~mmsafe.datasets.voc_annotations.voc_box`), so a box spanning the
+whole image ends at ``width - 1``, the last pixel's index, whichever the
+base. An xml that states no size
+(:func:`~mmsafe.datasets.voc_annotations.voc_size`) takes the image
+file's (:func:`image_size`).
 """
 import io
-import xml.etree.ElementTree as ET
-from typing import List, Optional, Tuple
+from typing import Tuple
 
 from mmsafe.errors import MMSafeValueError
 
@@ -32,44 +35,6 @@ def check_bbox_base(base: int, owner: str) -> int:
             'the first pixel 1, as PASCAL VOC does: 1 is subtracted) or 0 '
             '(the xml counts from 0: the values are used as they are)')
     return int(base)
-
-
-def voc_box(bndbox: Optional[ET.Element], base: int,
-            where: str) -> List[float]:
-    """``[x1, y1, x2, y2]`` of a ``<bndbox>``, each value minus ``base``.
-
-    Args:
-        bndbox (Element, optional): the object's ``<bndbox>`` element.
-        base (int): the release's coordinate base.
-        where (str): the xml file, for the message of a missing value.
-    """
-    if bndbox is None:
-        raise MMSafeValueError(f'{where}: an <object> has no <bndbox>')
-    values = []
-    for key in ('xmin', 'ymin', 'xmax', 'ymax'):
-        node = bndbox.find(key)
-        if node is None or not (node.text or '').strip():
-            raise MMSafeValueError(
-                f'{where}: a <bndbox> has no <{key}>; the VOC '
-                'reader needs xmin, ymin, xmax and ymax')
-        values.append(float(node.text) - base)
-    return values
-
-
-def xml_size(root: ET.Element) -> Optional[Tuple[int, int]]:
-    """``(width, height)`` from the xml's ``<size>``, or None when it has
-    none or states a zero or negative size (some tools write ``0``)."""
-    size = root.find('size')
-    if size is None:
-        return None
-    try:
-        width = int(float(size.find('width').text))
-        height = int(float(size.find('height').text))
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if width <= 0 or height <= 0:
-        return None
-    return width, height
 
 
 def image_size(data: bytes, where: str) -> Tuple[int, int]:

@@ -28,7 +28,8 @@ class FLIRAlignedDataset(LLVIPDataset):
           JPEGImages/FLIR_{n}_RGB.jpg          visible, aligned to thermal
           JPEGImages/FLIR_{n}_PreviewData.jpeg thermal (infrared)
           Annotations/FLIR_{n}_PreviewData.xml VOC xml (person, car,
-                                               bicycle; others ignored)
+                                               bicycle; others dropped,
+                                               counted by name)
           align_train.txt                      4,129 frames
           align_validation.txt                 1,013 frames
 
@@ -67,6 +68,8 @@ class FLIRAlignedDataset(LLVIPDataset):
         palette=[(220, 20, 60), (0, 0, 142), (119, 11, 32)])
     #: the release's xml files count from 0 (see the docstring)
     BBOX_BASE = 0
+    #: how the release writes its annotation files, for messages
+    ANNOTATION_FORMAT = "the aligned FLIR release's xml (PASCAL VOC format)"
 
     def __init__(self, *args, data_prefix: Optional[Dict[str, str]] = None,
                  visible_suffix: str = '_RGB.jpg',

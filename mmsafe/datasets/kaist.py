@@ -6,14 +6,18 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import mmcv
-from mmengine.fileio import exists, get, get_text, list_from_file
+from mmengine.fileio import exists, get, list_from_file
 
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log
-from .kaist_annotations import (ANN_FOLDERS, LAYOUTS, layout_files,
-                                pair_objects, parse_bbgt, parse_kaist_xml)
+from .annotation_reader import MalformedAnnotationError
+from .annotation_tally import (AnnotationTally, ClassNames,
+                               check_malformed_policy, handle_malformed)
+from .kaist_annotations import (ANN_FOLDERS, DEFAULTS, KAIST_LABELS,
+                                LAYOUTS, layout_files, pair_objects,
+                                parse_bbgt, parse_kaist_xml)
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side,
                       raise_missing_annotations)
@@ -82,7 +86,19 @@ class KAISTDataset(BaseDetDataset):
     Only ``person`` is trained on. Other labels (``people``, ``cyclist``,
     ``person?``...), boxes flagged ``ign``, lower than ``min_height`` or
     more occluded than ``max_occlusion`` are ignore regions
-    (``ignore_flag=1``).
+    (``ignore_flag=1``). A label the releases do not use
+    (:data:`~.kaist_annotations.KAIST_LABELS`; ``Person``, ``ped``) is
+    kept as an ignore region too, and counted by name in the load log,
+    with the label it matches when only case or spacing differs;
+    ``class_aliases=dict(Person='person')`` reads it as that label.
+
+    Every field is read with its release's convention: a malformed one
+    (an empty ``<name/>``, ``12,5``, ``nan``, an occlusion of 7, bytes
+    that are not UTF-8 ...) is an error naming the file, the element or
+    field and its line; all malformed files of the list are named
+    together. A missing ``<occlusion>``/``<difficult>`` (or a bbGt line
+    without its occlusion and ignore fields) reads 0, counted
+    (``annotation_tally``).
 
     Verified on real files: the kaist-cvpr15 ``annotations-xml-new``
     (95,324 files, 109,629 boxes) with its CRLF ``imageSets``, and the
@@ -119,6 +135,11 @@ class KAISTDataset(BaseDetDataset):
         require_images (bool): check that both images of every frame exist
             (default True). False reads the annotations alone (scoring
             detection files: tools/eval_kaist.py).
+        class_aliases (dict, optional): labels in the files read as one of
+            the releases' labels, e.g. ``dict(Person='person')``.
+        on_malformed_annotation (str): ``'error'`` (default): malformed
+            annotation files stop the build, all named; ``'skip'``: their
+            frames are left out, counted and logged.
         **kwargs: :class:`mmdet.datasets.BaseDetDataset` arguments.
     """
 
@@ -138,6 +159,8 @@ class KAISTDataset(BaseDetDataset):
                  img_shape: Optional[Sequence[int]] = (512, 640),
                  on_missing_pair: str = 'error',
                  require_images: bool = True,
+                 class_aliases: Optional[Dict[str, str]] = None,
+                 on_malformed_annotation: str = 'error',
                  **kwargs) -> None:
         if ann_layout not in ANN_LAYOUTS:
             raise MMSafeValueError(f'KAISTDataset: ann_layout={ann_layout!r}; '
@@ -159,6 +182,9 @@ class KAISTDataset(BaseDetDataset):
         self.img_shape = tuple(img_shape) if img_shape else None
         self.on_missing_pair = check_missing_pair_policy(on_missing_pair)
         self.require_images = require_images
+        self.class_aliases = dict(class_aliases or {})
+        self.on_malformed_annotation = check_malformed_policy(
+            on_malformed_annotation)
         prefix = dict(KAIST_PREFIX, **(data_prefix or {}))
         owner = f'KAISTDataset({kwargs.get("ann_file", "")})'
         # before the annotations are read: a broken pipeline fails fast
@@ -257,9 +283,20 @@ class KAISTDataset(BaseDetDataset):
             f'{osp.join(folder, template)})')
         handle_missing_pairs(owner, missing, len(frames),
                              self.on_missing_pair)
-        data_list = [self.parse_data_info(dict(
-            img_id=img_id, img_path=vis, ir_img_path=ir, ann_paths=anns))
-            for img_id, vis, ir, anns in entries]
+        self._start_reading(owner)
+        data_list: List[dict] = []
+        malformed: List[MalformedAnnotationError] = []
+        for img_id, vis, ir, anns in entries:
+            try:
+                data_list.append(self.parse_data_info(dict(
+                    img_id=img_id, img_path=vis, ir_img_path=ir,
+                    ann_paths=anns)))
+            except MalformedAnnotationError as err:
+                malformed.append(err)
+        handle_malformed(self.annotation_tally, malformed, len(entries),
+                         self.on_malformed_annotation)
+        self.annotation_tally.log_summary(KAIST_LABELS,
+                                          "the releases' labels")
         ignored = sum(i['ignore_flag'] for d in data_list
                       for i in d['instances'])
         log(f'{owner}: {len(data_list)} frames, annotations from {folder} '
@@ -269,11 +306,29 @@ class KAISTDataset(BaseDetDataset):
         return data_list
 
     # ------------------------------------------------------------ frame
+    def _start_reading(self, owner: str) -> None:
+        """A new tally and label resolver for a (re)load."""
+        self.annotation_tally = AnnotationTally(
+            owner, 'kept as ignore regions (not trained on)')
+        self._labels = ClassNames(self._metainfo['classes'],
+                                  self.class_aliases, owner, KAIST_LABELS)
+
     def _read(self, path: str) -> List[dict]:
-        text = get_text(path, backend_args=self.backend_args)
+        data = get(path, backend_args=self.backend_args)
+        tally = self.annotation_tally
+
+        def on_default(field: str) -> None:
+            tally.default_applied(field, path, DEFAULTS[field])
+
         if path.endswith('.xml'):
-            return parse_kaist_xml(text, path)
-        return parse_bbgt(text, path)
+            objects = parse_kaist_xml(data, path, on_default)
+        else:
+            objects = parse_bbgt(data, path, on_default)
+        for obj in objects:
+            label = tally.read_name(self._labels, obj['label'], path)
+            if label is not None:
+                obj['label'] = label
+        return objects
 
     def _instance(self, obj: dict) -> dict:
         x1, y1, x2, y2 = obj['bbox']
@@ -286,11 +341,21 @@ class KAISTDataset(BaseDetDataset):
                     occlusion=obj['occlusion'], ign=obj['ign'])
 
     def parse_data_info(self, raw: dict) -> dict:
-        """Parse one frame's annotation file(s) into a data info."""
+        """Parse one frame's annotation file(s) into a data info.
+
+        Raises:
+            MalformedAnnotationError: a field of a file is malformed, or
+                the two files of a KAIST-Paired frame list different
+                numbers of objects.
+        """
+        if getattr(self, 'annotation_tally', None) is None:
+            self._start_reading(type(self).__name__)
         paths = raw['ann_paths']
+        with self.annotation_tally.reading():
+            objects = [self._read(path) for path in paths]
+            if len(paths) == 2:
+                pairs = pair_objects(*objects, paths)
         if len(paths) == 2:
-            pairs = pair_objects(self._read(paths[0]), self._read(paths[1]),
-                                 paths)
             instances = []
             for vis, ir in pairs:
                 chosen = vis if self.paired_box == 'visible' else ir
@@ -300,7 +365,7 @@ class KAISTDataset(BaseDetDataset):
                             ir_offset=[ix - vx, iy - vy])
                 instances.append(inst)
         else:
-            instances = [self._instance(o) for o in self._read(paths[0])]
+            instances = [self._instance(o) for o in objects[0]]
         if self.img_shape is not None:
             height, width = self.img_shape
         else:

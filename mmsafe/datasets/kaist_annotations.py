@@ -23,10 +23,10 @@ Layouts (``ann_layout``), inside the annotation folder:
   KAIST-Paired).
 """
 import os.path as osp
-import xml.etree.ElementTree as ET
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from mmsafe.errors import MMSafeValueError
+from .annotation_reader import (MalformedAnnotationError, XMLFields,
+                                decode_text, parse_xml, read_number)
 
 #: layout name -> (annotation file template, what it is)
 LAYOUTS: Dict[str, Tuple[str, str]] = {
@@ -40,6 +40,30 @@ LAYOUTS: Dict[str, Tuple[str, str]] = {
 ANN_FOLDERS = ('annotations/', 'annotations-xml-new/', 'annotations_paired/')
 #: modality folder names of the paired layout
 PAIRED_MODALITIES = ('visible', 'lwir')
+#: the labels the releases use: ``person`` (the class), the devkit's
+#: ignore-region labels and ``person?a`` (the improved test annotations)
+KAIST_LABELS = ('person', 'people', 'person?', 'cyclist', 'person?a')
+#: occlusion levels (0 none, 1 partial, 2 heavy) and bbGt ignore flags
+OCCLUSIONS = (0, 1, 2)
+IGN_FLAGS = (0, 1)
+#: how the releases write their files, for messages
+BBGT_FORMAT = ('KAIST bbGt text (version 3): after the "% bbGt" header, '
+               'one object per line, "label x y w h occ vx vy vw vh ign '
+               'ang", numbers with a decimal point, occ 0, 1 or 2, ign 0 or '
+               '1 (the fields after h may be missing: occ and ign read 0)')
+XML_FORMAT = "kaist-cvpr15's annotations-xml-new"
+XML_FIELDS = dict(
+    name='<name> holds the label (person, people, person?, cyclist)',
+    box='<bndbox> holds <x>, <y>, <w>, <h> (or <xmin>, <ymin>, <xmax>, '
+    '<ymax>), pixels written with a decimal point',
+    occlusion='<occlusion> is 0, 1 or 2 (missing or empty: 0)',
+    difficult='<difficult> is 0 or 1 (missing or empty: 0)')
+#: the documented defaults, for the counts
+DEFAULTS = dict(occlusion='0 (no occlusion)', ign='0 (not ignored)',
+                difficult='0 (not ignored)')
+
+#: called with a field's name when its documented default is applied
+OnDefault = Optional[Callable[[str], None]]
 
 
 def _obj(label: str, x: float, y: float, w: float, h: float, occ: int,
@@ -48,50 +72,91 @@ def _obj(label: str, x: float, y: float, w: float, h: float, occ: int,
                 ign=ign)
 
 
-def parse_bbgt(text: str, source: str = '') -> List[dict]:
+def _bbgt_field(value: str, name: str, allowed: Optional[Sequence[int]],
+                source: str, num: int) -> float:
+    """One numeric field of a bbGt line (``allowed``: its integer values)."""
+    try:
+        number = read_number(value)
+    except ValueError as err:
+        if allowed is None:
+            raise MalformedAnnotationError.at(source, f'field {name}', num,
+                                              str(err), BBGT_FORMAT) from None
+        number = None
+    if allowed is not None and (number is None or number != int(number)
+                                or int(number) not in allowed):
+        raise MalformedAnnotationError.at(
+            source, f'field {name}', num, f'is {value!r}, not one of '
+            f'{", ".join(str(a) for a in allowed)}', BBGT_FORMAT)
+    return number
+
+
+def parse_bbgt(text: Union[str, bytes], source: str = '',
+               on_default: OnDefault = None) -> List[dict]:
     """Objects of a bbGt text annotation.
 
     Each line after the ``% bbGt version=3`` header is
     ``label x y w h occ vx vy vw vh ign ang`` (version 3; the last two are
     missing in older versions, the last eight may be missing altogether).
 
+    Args:
+        text (str | bytes): the file's content (bytes: UTF-8).
+        source (str): the file, for messages.
+        on_default (callable, optional): called with ``'occlusion'`` or
+            ``'ign'`` for each field missing from a line (read as 0).
+
     Returns:
         list[dict]: ``label``, ``bbox`` (``x, y, x + w, y + h``),
         ``occlusion`` and ``ign`` (the bbGt ignore flag, 0 when absent).
+
+    Raises:
+        MalformedAnnotationError: a field is malformed (named with its
+            line), or the bytes are not UTF-8.
     """
+    if isinstance(text, bytes):
+        text = decode_text(text, source, BBGT_FORMAT)
     objects = []
     for num, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith('%'):
             continue
         parts = line.split()
-        try:
-            x, y, w, h = (float(v) for v in parts[1:5])
-            occ = int(float(parts[5])) if len(parts) > 5 else 0
-            ign = int(float(parts[10])) if len(parts) > 10 else 0
-        except (ValueError, IndexError) as err:
-            raise MMSafeValueError(
-                f'KAISTDataset: {source}:{num}: expected "label x y w h '
-                f'[occ vx vy vw vh ign ang]", got {line!r}') from err
+        if len(parts) < 5:
+            raise MalformedAnnotationError.at(
+                source, 'the object line', num,
+                f'has {len(parts)} fields ({line!r}); a line needs at least '
+                '"label x y w h"', BBGT_FORMAT)
+        x, y, w, h = (_bbgt_field(v, k, None, source, num)
+                      for k, v in zip('xywh', parts[1:5]))
+        occ = ign = 0
+        if len(parts) > 5:
+            occ = int(_bbgt_field(parts[5], 'occ', OCCLUSIONS, source, num))
+        elif on_default is not None:
+            on_default('occlusion')
+        if len(parts) > 10:
+            ign = int(_bbgt_field(parts[10], 'ign', IGN_FLAGS, source, num))
+        elif on_default is not None:
+            on_default('ign')
         objects.append(_obj(parts[0], x, y, w, h, occ, ign))
     return objects
 
 
-def _number(node: ET.Element, tag: str, source: str, default=None) -> float:
-    child = node.find(tag)
-    if child is None or child.text is None:
-        if default is not None:
-            return default
-        raise MMSafeValueError(
-            f'KAISTDataset: {source}: an object has no <{tag}>')
-    try:
-        return float(child.text)
-    except ValueError as err:
-        raise MMSafeValueError(f'KAISTDataset: {source}: <{tag}> is '
-                               f'{child.text!r}, not a number') from err
+def _xml_box(doc: XMLFields, node) -> Tuple[float, float, float, float]:
+    """``x, y, w, h`` of an object's ``<bndbox>``."""
+    box = node.find('bndbox')
+    convention = XML_FIELDS['box']
+    if box is None:
+        raise doc.error('<object>', doc.line(node), 'has no <bndbox>',
+                        convention)
+    if box.find('x') is not None:
+        x, y, w, h = (doc.number(box, k, convention) for k in 'xywh')
+        return x, y, w, h
+    x1, y1, x2, y2 = (doc.number(box, k, convention)
+                      for k in ('xmin', 'ymin', 'xmax', 'ymax'))
+    return x1, y1, x2 - x1, y2 - y1
 
 
-def parse_kaist_xml(text: str, source: str = '') -> List[dict]:
+def parse_kaist_xml(text: Union[str, bytes], source: str = '',
+                    on_default: OnDefault = None) -> List[dict]:
     """Objects of an ``annotations-xml-new`` file.
 
     ``<object><name>`` is the label, ``<bndbox>`` holds ``<x><y><w><h>``
@@ -99,43 +164,49 @@ def parse_kaist_xml(text: str, source: str = '') -> List[dict]:
     writes them), ``<occlusion>`` the level (0 when absent) and
     ``<difficult>`` is read as the ignore flag (all 0 in the release).
 
+    Args:
+        text (str | bytes): the file's content (bytes: in the encoding its
+            declaration names, UTF-8 without one).
+        source (str): the file, for messages.
+        on_default (callable, optional): called with ``'occlusion'`` or
+            ``'difficult'`` for each such element missing or empty (read
+            as 0).
+
     Returns:
         list[dict]: as :func:`parse_bbgt`.
+
+    Raises:
+        MalformedAnnotationError: the file is not well-formed xml or a
+            field is malformed, naming the element and its line.
     """
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as err:
-        raise MMSafeValueError(
-            f'KAISTDataset: {source}: not valid xml ({err})') from err
+    doc = parse_xml(text, source, XML_FORMAT)
     objects = []
-    for node in root.iter('object'):
-        name = node.find('name')
-        box = node.find('bndbox')
-        if name is None or not (name.text or '').strip() or box is None:
-            raise MMSafeValueError(
-                f'KAISTDataset: {source}: an <object> needs '
-                '<name> and <bndbox>')
-        if box.find('x') is not None:
-            x, y, w, h = (_number(box, k, source) for k in 'xywh')
-        else:
-            x1, y1, x2, y2 = (_number(box, k, source)
-                              for k in ('xmin', 'ymin', 'xmax', 'ymax'))
-            x, y, w, h = x1, y1, x2 - x1, y2 - y1
-        objects.append(_obj(name.text.strip(), x, y, w, h,
-                            int(_number(node, 'occlusion', source, 0)),
-                            int(_number(node, 'difficult', source, 0))))
+    for node in doc.root.iter('object'):
+        label = doc.text(node, 'name', XML_FIELDS['name'])
+        x, y, w, h = _xml_box(doc, node)
+        occ = doc.optional_int(node, 'occlusion', OCCLUSIONS, 0,
+                               XML_FIELDS['occlusion'], on_default)
+        ign = doc.optional_int(node, 'difficult', IGN_FLAGS, 0,
+                               XML_FIELDS['difficult'], on_default)
+        objects.append(_obj(label, x, y, w, h, occ, ign))
     return objects
 
 
 def pair_objects(visible: Sequence[dict], infrared: Sequence[dict],
                  sources: Sequence[str]) -> List[Tuple[dict, dict]]:
     """The KAIST-Paired objects of one frame, visible and infrared side by
-    side (the i-th of each file)."""
+    side (the i-th of each file).
+
+    Raises:
+        MalformedAnnotationError: the two files list different numbers of
+            objects.
+    """
     if len(visible) != len(infrared):
-        raise MMSafeValueError(
-            f'KAISTDataset: {sources[0]} has {len(visible)} objects and '
-            f'{sources[1]} {len(infrared)}; KAIST-Paired files list the '
-            'same objects in the same order')
+        raise MalformedAnnotationError.at(
+            sources[0], 'the object list', None,
+            f'has {len(visible)} objects and {sources[1]} {len(infrared)}',
+            'KAIST-Paired files list the same objects in the same order in '
+            'both modalities.')
     return list(zip(visible, infrared))
 
 

@@ -1,22 +1,24 @@
 """LLVIP: visible + infrared pedestrian pairs with VOC xml annotations."""
 import logging
 import os.path as osp
-import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from mmengine.fileio import (exists, get, get_local_path, list_dir_or_file,
-                             list_from_file)
+from mmengine.fileio import exists, get, list_dir_or_file, list_from_file
 
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log
-from .box_frame import check_bbox_base, image_size, voc_box, xml_size
+from .annotation_reader import MalformedAnnotationError, parse_xml
+from .annotation_tally import (AnnotationTally, ClassNames,
+                               check_malformed_policy, handle_malformed)
+from .box_frame import check_bbox_base, image_size
 from .pairing import (MissingPair, check_missing_pair_policy,
                       handle_missing_pairs, missing_side,
                       raise_missing_annotations)
 from .synthetic_llvip import ensure_synthetic_llvip
 from .transforms.compose import assert_paired_pipeline, paired_pipeline
+from .voc_annotations import voc_objects, voc_size
 
 DEFAULT_PREFIX = dict(
     img='visible/train/', ir_img='infrared/train/', ann='Annotations/')
@@ -56,6 +58,17 @@ class LLVIPDataset(BaseDetDataset):
     visible image's. A size that differs from the image file is kept as
     annotated and reported by ``tools/check_dataset.py``
     (``annotation_size_mismatch``, with the file).
+
+    Every field is read with the format's convention
+    (:mod:`~mmsafe.datasets.voc_annotations`): a malformed one (an empty
+    ``<name/>``, ``12,5``, text after the root element ...) is an error
+    naming the file, the element and its line; all malformed files of the
+    split are named together. A missing or empty ``<difficult>`` is 0,
+    counted. An object whose name is not in ``classes`` is dropped and
+    counted by name in the load log, with the class it matches when only
+    case or spacing differs; ``class_aliases`` reads such names as a class
+    (:mod:`~mmsafe.datasets.annotation_tally`; ``annotation_tally`` holds
+    the counts).
 
     Coordinate base, checked on real files: 100 LLVIP xml files
     (``010001``-``010100``, 439 boxes, 1280x1024) with their infrared
@@ -97,6 +110,12 @@ class LLVIPDataset(BaseDetDataset):
             do) or 0 (the values are used as they are). None (default):
             the class's ``BBOX_BASE``, the base its release was checked to
             use (see :mod:`~mmsafe.datasets.box_frame`).
+        class_aliases (dict, optional): names in the files read as a class,
+            e.g. ``dict(Person='person')``. Defaults to None (only the
+            class names themselves).
+        on_malformed_annotation (str): ``'error'`` (default): malformed
+            annotation files stop the build, all named; ``'skip'``: their
+            images are left out, counted and logged.
         synthetic (dict, optional): create a deterministic synthetic
             LLVIP-like tree at ``data_root`` on first use, e.g.
             ``dict(num_train=300, num_test=100, img_size=(160, 128),
@@ -110,6 +129,8 @@ class LLVIPDataset(BaseDetDataset):
     METAINFO = dict(classes=('person', ), palette=[(220, 20, 60)])
     #: the coordinate base of the release's xml files (see the docstring)
     BBOX_BASE = 1
+    #: how the release writes its annotation files, for messages
+    ANNOTATION_FORMAT = "LLVIP's xml (PASCAL VOC format)"
 
     def __init__(self,
                  *args,
@@ -120,6 +141,8 @@ class LLVIPDataset(BaseDetDataset):
                  img_suffixes: Sequence[str] = ('.jpg', '.jpeg', '.png',
                                                 '.bmp'),
                  bbox_base: Optional[int] = None,
+                 class_aliases: Optional[Dict[str, str]] = None,
+                 on_malformed_annotation: str = 'error',
                  synthetic: Optional[dict] = None,
                  **kwargs) -> None:
         prefix = dict(data_prefix or {})
@@ -140,6 +163,9 @@ class LLVIPDataset(BaseDetDataset):
         self.bbox_base = check_bbox_base(
             self.BBOX_BASE if bbox_base is None else bbox_base,
             type(self).__name__)
+        self.class_aliases = dict(class_aliases or {})
+        self.on_malformed_annotation = check_malformed_policy(
+            on_malformed_annotation)
         self.synthetic = synthetic
         if synthetic is not None:
             data_root = kwargs.get('data_root')
@@ -236,17 +262,32 @@ class LLVIPDataset(BaseDetDataset):
 
         data_list = []
         self._degenerate = 0
+        self._start_reading(owner)
+        malformed: List[MalformedAnnotationError] = []
         for stem, img_path, ir_path, xml_path in entries:
-            info = self.parse_data_info(
-                dict(img_id=stem, img_path=img_path, xml_path=xml_path))
+            try:
+                info = self.parse_data_info(
+                    dict(img_id=stem, img_path=img_path, xml_path=xml_path))
+            except MalformedAnnotationError as err:
+                malformed.append(err)
+                continue
             if self.return_modality_pair:
                 info['ir_img_path'] = ir_path
             data_list.append(info)
+        handle_malformed(self.annotation_tally, malformed, len(entries),
+                         self.on_malformed_annotation)
+        self.annotation_tally.log_summary(self._metainfo['classes'])
         if self._degenerate:
             log(f'{owner}: {self._degenerate} boxes with zero or negative '
                 'width/height are kept as ignored (ignore_flag=1)',
                 logging.WARNING)
         return data_list
+
+    def _start_reading(self, owner: str) -> None:
+        """A new tally and class-name resolver for a (re)load."""
+        self.annotation_tally = AnnotationTally(owner, 'dropped')
+        self._class_names = ClassNames(self._metainfo['classes'],
+                                       self.class_aliases, owner)
 
     def parse_data_info(self, raw: dict) -> dict:
         """Parse one VOC xml into a data info.
@@ -256,34 +297,38 @@ class LLVIPDataset(BaseDetDataset):
 
         Returns:
             dict: the data info (without ``ir_img_path``).
+
+        Raises:
+            MalformedAnnotationError: a field of the file is malformed.
         """
-        with get_local_path(
-                raw['xml_path'], backend_args=self.backend_args) as local:
-            root = ET.parse(local).getroot()
+        if getattr(self, 'annotation_tally', None) is None:
+            self._start_reading(type(self).__name__)
+        tally = self.annotation_tally
+        with tally.reading():
+            doc = parse_xml(
+                get(raw['xml_path'], backend_args=self.backend_args),
+                raw['xml_path'],
+                f'{self.ANNOTATION_FORMAT}, read by {type(self).__name__}')
+            size = voc_size(doc, tally)
+            objects = voc_objects(doc, self.bbox_base, self._class_names,
+                                  tally)
         # the xml's <size> is the frame of its boxes; without one (or with
         # a zero size) the image file's header says it
-        size = xml_size(root)
         if size is None:
             size = image_size(
                 get(raw['img_path'], backend_args=self.backend_args),
                 raw['img_path'])
         width, height = size
         instances = []
-        for obj in root.findall('object'):
-            name = obj.find('name').text.strip()
-            if name not in self.cat2label:
-                continue
-            difficult = obj.find('difficult')
-            difficult = 0 if difficult is None else int(difficult.text)
-            bbox = voc_box(obj.find('bndbox'), self.bbox_base,
-                           raw['xml_path'])
+        for obj in objects:
+            bbox = obj['bbox']
             degenerate = bbox[2] <= bbox[0] or bbox[3] <= bbox[1]
             self._degenerate = getattr(self, '_degenerate', 0) + degenerate
             instances.append(
                 dict(
                     bbox=bbox,
-                    bbox_label=self.cat2label[name],
-                    ignore_flag=int(bool(difficult) or degenerate)))
+                    bbox_label=self.cat2label[obj['name']],
+                    ignore_flag=int(bool(obj['difficult']) or degenerate)))
         return dict(
             img_id=raw['img_id'],
             img_path=raw['img_path'],

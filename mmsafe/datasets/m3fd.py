@@ -71,6 +71,8 @@ class M3FDDataset(LLVIPDataset):
                  (0, 0, 230), (0, 0, 70)])
     #: the release's xml files number the first pixel 1 (see the docstring)
     BBOX_BASE = 1
+    #: how the release writes its annotation files, for messages
+    ANNOTATION_FORMAT = "M3FD's xml (PASCAL VOC format)"
 
     def __init__(self, *args, data_prefix: Optional[Dict[str, str]] = None,
                  img_suffix: str = '.png', **kwargs) -> None:

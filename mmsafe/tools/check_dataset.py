@@ -5,8 +5,11 @@ every sample through its pipeline in a DataLoader with worker processes, and
 reports missing or unreadable partner images, size mismatches between the
 modalities, samples with no valid instances after the pipeline, degenerate or
 out-of-image boxes (each image with its own size), negative coordinates, a
-coordinate base that the boxes at the image borders contradict, and labels
-outside the class range::
+coordinate base that the boxes at the image borders contradict, labels
+outside the class range, every malformed annotation file (file, element and
+line; all of them in one run), and object names that are not classes
+(counted per name, with the class that differs only in case or
+spacing)::
 
     python tools/check_dataset.py CONFIG [--split train|val|test]
         [--cfg-options k=v ...] [--json OUT.json] [--workers N]
@@ -15,7 +18,8 @@ outside the class range::
         [--workers N] [--json OUT.json]
 
 ``--stats`` computes each modality's per-channel mean and std over the
-split's images as loaded and prints the PairedDetDataPreprocessor lines.
+split's images as loaded, their bit depth and value range, and prints the
+PairedDetDataPreprocessor lines.
 
 Exit code: 0 when no error was found (warnings allowed unless --strict),
 1 when at least one sample has an error, 2 when the dataset cannot be built.
@@ -127,6 +131,7 @@ def main(argv=None) -> int:
             findings=static + findings,
             alignment=not args.no_alignment,
             max_offset=args.max_offset)
+        report['annotations'] = dc.annotation_summary(dataset)
     report.update(config=args.config, split=args.split)
     if dataset is None:
         code = 2

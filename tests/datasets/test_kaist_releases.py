@@ -90,7 +90,8 @@ def test_xml_reader_fields_and_the_converter_variant(tmp_path):
         parse_kaist_xml('<annotation><object><name>person</name><bndbox>'
                         '<x>1</x><y>2</y><h>3</h></bndbox></object>'
                         '</annotation>', 'b.xml')
-    with pytest.raises(ValueError, match=r'c\.xml: not valid xml'):
+    with pytest.raises(ValueError, match=r'c\.xml:1: <object> is not '
+                       'well-formed xml'):
         parse_kaist_xml('<annotation><object>', 'c.xml')
 
 
@@ -168,8 +169,8 @@ def test_kaist_paired_files_must_list_the_same_objects(tmp_path):
                   {k: v[:1] for k, v in IR.items()})
     write_list(root, 'train-all-02.txt', list(VIS))
     write_images(root, VIS)
-    with pytest.raises(ValueError, match=r'visible/I01217\.txt has 2 '
-                       r'objects and .*lwir/I01217\.txt 1'):
+    with pytest.raises(ValueError, match=r'visible/I01217\.txt: the object '
+                       r'list has 2 objects and .*lwir/I01217\.txt 1'):
         _build(dict(type='KAISTDataset', data_root=root,
                     ann_file='imageSets/train-all-02.txt', pipeline=[]))
 

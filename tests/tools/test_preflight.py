@@ -385,6 +385,31 @@ def test_pair_size_mismatch(cli, tmp_path, own_tree):
                for r in rows), report.format_text()
 
 
+def test_unknown_class_names_in_the_sampled_files(cli, tmp_path, own_tree):
+    """Names that differ from a class only in case are counted in the
+    sampled annotation files, with the alias that reads them; a missing
+    <difficult> reads 0, counted."""
+    import glob
+    for path in glob.glob(osp.join(own_tree, 'Annotations', '*.xml')):
+        with open(path) as f:
+            text = f.read()
+        person = ('<object><name>Person</name><bndbox><xmin>2</xmin><ymin>2'
+                  '</ymin><xmax>9</xmax><ymax>9</ymax></bndbox></object>')
+        with open(path, 'w') as f:
+            f.write(text.replace('</annotation>', person + '</annotation>')
+                    .replace('<difficult>0</difficult>', ''))
+    config = healthy_config(str(tmp_path), own_tree)
+    report = preflight(cli, config, str(tmp_path / 'work'))
+    warn = [r for r in report.find('data', 'warn')
+            if r.where == 'train_dataloader.dataset']
+    assert warn and 'dropped: their names are not classes' in warn[0].what \
+        and "'Person' x" in warn[0].what, report.format_text()
+    assert "class_aliases={'Person': 'person'}" in warn[0].fix
+    info = [r for r in report.find('data', 'info')
+            if '<difficult> has no value' in r.what]
+    assert info and 'read as its documented default 0' in info[0].what
+
+
 def _save(path, obj):
     torch.save(obj, path)
     return str(path)

@@ -15,7 +15,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from mmsafe.datasets.loader.inflight_memory import nbytes
-from mmsafe.datasets.walk import config_leaves
+from mmsafe.datasets.walk import config_leaves, leaf_datasets
 from mmsafe.errors import MMSafeValueError
 from ..context import PreflightContext, first_line
 from ..data_sample import (is_remote, join_root, sample_indices,
@@ -195,6 +195,36 @@ def _pipeline_rows(dataset, where: str, paired: bool, ctx: PreflightContext,
                      f'({seconds * 1000:.0f} ms).', f'{where}.pipeline')]
 
 
+def _annotation_rows(dataset, where: str,
+                     sampled: bool) -> Iterator[CheckRow]:
+    """What the (sampled) annotation files held: object names that are
+    not classes, documented defaults applied (each leaf dataset's
+    ``annotation_tally``)."""
+    of = 'the sampled' if sampled else 'its'
+    for leaf in leaf_datasets(dataset):
+        tally = getattr(leaf, 'annotation_tally', None)
+        if tally is None:
+            continue
+        if tally.unknown:
+            count = sum(e['count'] for e in tally.unknown.values())
+            variants = {n: e['suggestion'] for n, e in tally.unknown.items()
+                        if e['suggestion'] is not None}
+            fix = 'tools/check_dataset.py CONFIG counts them in every file.'
+            if variants:
+                fix = (f'Add class_aliases={variants!r} to the dataset to '
+                       'read them as those classes; ' + fix)
+            yield CheckRow(
+                'warn', NAME, f'{count} objects in {of} {tally.files} '
+                f'annotation files are {tally.unknown_fate}: their names are '
+                'not classes: ' + '; '.join(tally.unknown_lines()) + '.',
+                where, fix)
+        for field, entry in tally.defaults.items():
+            yield CheckRow(
+                'info', NAME, f'{field} has no value {entry["count"]} times '
+                f'in {of} annotation files: read as its documented default '
+                f'{entry["default"]}.', where)
+
+
 def _config_says_paired(dataset_cfg: Any) -> bool:
     text = repr(dataset_cfg)
     return ('Paired' in text or 'LLVIP' in text or 'ir_img' in text)
@@ -278,6 +308,7 @@ def _dataset_rows(name: str, dataset_cfg: Dict, ctx: PreflightContext,
                 f'{len(dataset)} in {seconds:.1f} s (--full-index builds '
                 'the whole index, as training does).')
     yield CheckRow('ok', NAME, what, where)
+    yield from _annotation_rows(dataset, where, listed is not None)
     backend_args = dataset_cfg.get('backend_args', None)
     rows, paired = _sample_rows(dataset, where, ctx, backend_args, listed)
     ctx.state['paired'][name] = ctx.state['paired'][name] or paired

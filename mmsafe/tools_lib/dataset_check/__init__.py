@@ -23,8 +23,8 @@ boxes at the borders), :mod:`.build` (building the split's dataset,
 findings from the config), :mod:`.report` (summary and formatting).
 """
 from .audit import PairAuditDataset, audit  # noqa: F401
-from .build import (build_dataset, dataset_config,  # noqa: F401
-                    static_findings)
+from .build import (annotation_findings, annotation_summary,  # noqa: F401
+                    build_dataset, dataset_config, static_findings)
 from .checks import CHECKS, ERROR, WARNING, issue  # noqa: F401
 from .coordinates import base_shift, border_contacts  # noqa: F401
 from .report import (add_findings, build_failure_report,  # noqa: F401

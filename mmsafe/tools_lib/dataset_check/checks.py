@@ -23,6 +23,8 @@ WARNING = 'warning'
 # kind -> (severity, what it means). The order is the order of the summary.
 CHECKS = OrderedDict([
     ('dataset_build', (ERROR, 'the dataset could not be built')),
+    ('malformed_annotation', (ERROR, 'an annotation file has a malformed '
+                              'field (file, element and line named)')),
     ('unpaired_transform', (ERROR, 'a geometric or mix transform acts on '
                             'one modality only (pipeline config)')),
     ('missing_image', (ERROR, 'visible image file does not exist')),
@@ -44,6 +46,11 @@ CHECKS = OrderedDict([
                          'say the dataset reads them 1 px off (wrong '
                          'coordinate base)')),
     ('label_out_of_range', (ERROR, 'label outside [0, num_classes)')),
+    ('class_name_variant', (ERROR, 'objects named as a class but for case '
+                            'or spacing (Person for person): not read as '
+                            'that class unless class_aliases maps them')),
+    ('unknown_class', (WARNING, 'objects whose name is not a class '
+                       '(dropped, or KAIST ignore regions), per name')),
     ('pipeline_error', (ERROR, 'the pipeline raised an exception')),
     ('pipeline_filtered', (WARNING, 'the pipeline returned None (training '
                            'silently draws another sample)')),
@@ -51,6 +58,9 @@ CHECKS = OrderedDict([
                            'data_samples')),
     ('pair_shape_mismatch', (ERROR, 'modalities differ in shape after the '
                              'pipeline')),
+    ('nearly_constant_modality', (WARNING, 'a modality nearly constant '
+                                  'after the pipeline (the pairing checks '
+                                  'abstain on the pair)')),
     ('no_valid_instances', (WARNING, 'no valid instances after the pipeline '
                             '(an empty batch under DDP; see '
                             'ValidInstanceResampleDataset)')),

@@ -92,6 +92,7 @@ def format_report(report: dict, max_examples: int = 5) -> str:
     if report.get('box_borders'):
         from .coordinates import format_borders
         lines += format_borders(report['box_borders'])
+    lines += format_annotations(report.get('annotations') or [])
     if report.get('object_offsets') is not None:
         from mmsafe.analysis.object_offsets import format_summary
         lines.append(format_summary(report['object_offsets']))
@@ -106,13 +107,37 @@ def format_report(report: dict, max_examples: int = 5) -> str:
         for i in found[:max_examples]:
             files = ' | '.join(
                 str(p) for p in (i.get('img_path'), i.get('ir_img_path'))
-                if p)
+                if p) or (i.get('path') or '')
             where = '-' if i['index'] is None else f"#{i['index']}"
             lines.append(f'  {where} {files}: {i["message"]}')
         if len(found) > max_examples:
             lines.append(f'  ... {len(found) - max_examples} more in the '
                          'JSON report (--json)')
     return '\n'.join(lines)
+
+
+def format_annotations(tallies: Sequence[dict]) -> List[str]:
+    """One line per leaf dataset: what its annotation files held (see
+    :class:`~mmsafe.datasets.annotation_tally.AnnotationTally`)."""
+    lines = []
+    for t in tallies:
+        parts = [f"{t['files']} files, {t['objects']} objects read"]
+        for field, entry in t['defaults'].items():
+            parts.append(f"{field} without a value {entry['count']}x, read "
+                         f"as {entry['default']}")
+        if t['unknown']:
+            count = sum(e['count'] for e in t['unknown'].values())
+            names = ', '.join(f"{n!r} x{e['count']}" for n, e in sorted(
+                t['unknown'].items(), key=lambda kv: -kv[1]['count']))
+            parts.append(f'{count} objects {t["unknown_fate"]}, names not '
+                         f'known: {names}')
+        for name, entry in t['aliased'].items():
+            parts.append(f"{entry['count']} {name!r} read as "
+                         f"{entry['target']!r} (class_aliases)")
+        if t['malformed']:
+            parts.append(f"{len(t['malformed'])} malformed files left out")
+        lines.append(f"annotations ({t['owner']}): " + '; '.join(parts))
+    return lines
 
 
 def add_findings(report: dict, findings: Sequence[dict]) -> dict:
