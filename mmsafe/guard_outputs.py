@@ -58,6 +58,7 @@ class Section:
     log table show them (:data:`SECTION_ORDER`)."""
     RANK_FAULTS = 'rank_faults'
     SKIPPED_STEPS = 'skipped_steps'
+    ROLLBACKS = 'rollbacks'
     EMPTY_BATCHES = 'empty_batches'
     LOADER_FALLBACKS = 'loader_fallbacks'
     WATCHDOG_EVENTS = 'watchdog_events'
@@ -69,7 +70,8 @@ class Section:
 
 
 SECTION_ORDER: Tuple[str, ...] = (
-    Section.RANK_FAULTS, Section.SKIPPED_STEPS, Section.EMPTY_BATCHES,
+    Section.RANK_FAULTS, Section.SKIPPED_STEPS, Section.ROLLBACKS,
+    Section.EMPTY_BATCHES,
     Section.LOADER_FALLBACKS, Section.WATCHDOG_EVENTS, Section.MACL_CHECK,
     Section.EVAL_COVERAGE, Section.PREEMPTION, Section.RESUMES)
 
@@ -77,6 +79,7 @@ SECTION_ORDER: Tuple[str, ...] = (
 class Event:
     """Kinds of the records of ``mmsafe_events.jsonl``."""
     STEP_SKIP = 'step_skip'
+    ROLLBACK = 'rollback'
     EMPTY_BATCH = 'empty_batch'
     DATALOADER_PROBE = 'dataloader_probe'
     DATALOADER_FALLBACK = 'dataloader_fallback'
@@ -108,6 +111,7 @@ class Event:
 class Counter:
     """Message hub keys of the guards' counters (``mmsafe/<key>``)."""
     STEP_GUARD = 'step_guard'
+    ROLLBACK = 'rollback'
     EMPTY_BATCH = 'empty_batch'
     DATALOADER_PROBE = 'dataloader_probe'
     HANG_WATCHDOG = 'hang_watchdog'
@@ -134,6 +138,7 @@ class Scalar:
     NAN_SKIPS = 'train/nan_skips'
     CONSECUTIVE_SKIPS = 'train/consecutive_skips'
     AMP_OVERFLOWS = 'train/amp_overflows'
+    SPIKE_SKIPS = 'train/spike_skips'
     MACL_CHANCE_RATIO = 'train/macl_chance_ratio'
 
 
@@ -147,6 +152,7 @@ class Sync:
     LOSS_DICT_FINDINGS = 'loss_dict_lint/findings'
     BAND_STOP = 'scalar_bands/stop'
     PREEMPTION_REQUEST = 'preemption/request'
+    ROLLBACK_LOSS = 'divergence_rollback/loss'
 
 
 class Finding:

@@ -11,6 +11,12 @@ that the wrapper measures, and the skip-or-step decision taken from it, are
 identical too. A healthy step seeds its backward with exactly 1.0, which is
 what ``loss.backward()`` does: nothing changes.
 
+Gradient spikes (``spike_skip``, :mod:`.grad_spike`): the same norm, a
+Python number once it has been read, is judged against the rolling
+statistics of the norms of recently applied steps, which every rank holds
+alike; a step far above them is skipped like a non-finite one, on every
+rank, with no communication and no device read added.
+
 Learning-rate schedule on a skipped step: MMEngine's ``ParamSchedulerHook``
 steps the parameter schedulers after every training iteration (or epoch),
 whether or not the optimizer stepped, so by default a skipped step still
@@ -21,11 +27,12 @@ on skipped steps instead (DeepSpeed's and Megatron-LM's behaviour), use
 buffers, Adam moments (and Adam's step counter) and weight decay are
 untouched by a skipped step because ``optimizer.step()`` is not called.
 """
+import logging
 import math
 import weakref
 from collections import deque
 from contextlib import contextmanager
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
@@ -39,8 +46,9 @@ from mmsafe.errors import MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Scalar, Section
 from mmsafe.events import batch_file_names, update_counters, update_scalar
 from .grad_norm import clip_per_module, parse_module_rules, total_norm
-from .skip_report import (NONFINITE_GRAD, ZERO_GRAD, plain, record_skip,
-                          too_many_skips)
+from .grad_spike import GradSpikeDetector
+from .skip_report import (GRAD_SPIKE, NONFINITE_GRAD, ZERO_GRAD, plain,
+                          record_skip, too_many_skips)
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -79,6 +87,22 @@ class NaNSkipOptimWrapper(OptimWrapper):
     A non-finite gradient norm is never written into ``train/grad_norm``;
     the pre-clipping global norm of every applied step is.
 
+    **Spike skip** (``spike_skip``, off unless set here or by the run's
+    ``mmsafe_spike_skip`` config key, see :meth:`use_run_spike_skip`): a
+    finite step whose global gradient norm, pre-clipping, is more than
+    ``sigmas`` standard deviations above the mean of the last ``window``
+    applied steps, and more than ``min_ratio`` times that mean, is skipped
+    (reason ``grad_spike``, counter ``train/spike_skips``), exactly like a
+    non-finite one. Nothing is judged before ``window`` steps were applied;
+    skipped steps never enter the window. The window is part of
+    :meth:`state_dict`. Defaults and their sources:
+    :mod:`~mmsafe.engine.optimizers.grad_spike`.
+
+    Every skip (non-finite, zero, spike) also records, per image of the
+    skipped batches, its file names, size, value range as loaded and a
+    summary of its annotations (boxes, largest and smallest box, class
+    ids): in the log line and in the ``step_skip`` event.
+
     Args:
         optimizer (Optimizer): the optimizer.
         accumulative_counts (int): iterations per optimizer step.
@@ -105,6 +129,12 @@ class NaNSkipOptimWrapper(OptimWrapper):
             Defaults to True.
         skip_zero_grad (bool): skip a step whose global gradient norm is
             exactly 0 (reason ``zero_grad``). Defaults to True.
+        spike_skip (bool | dict, optional): skip gradient-norm spikes:
+            True for the defaults, or a dict of ``window`` (steps, default
+            128), ``sigmas`` (default 6) and ``min_ratio`` (default 2);
+            False turns it off whatever the run's config says. None (the
+            default) leaves it to the run's ``mmsafe_spike_skip`` config
+            key (off without one).
     """
 
     guard_outputs = GuardOutputs(
@@ -113,7 +143,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
         counters=(Counter.STEP_GUARD, ),
         scalars=(Scalar.GRAD_NORM, Scalar.GRAD_NORM_OF_RULE,
                  Scalar.SKIPPED_STEPS, Scalar.NAN_SKIPS,
-                 Scalar.CONSECUTIVE_SKIPS, Scalar.AMP_OVERFLOWS))
+                 Scalar.CONSECUTIVE_SKIPS, Scalar.AMP_OVERFLOWS,
+                 Scalar.SPIKE_SKIPS))
 
     def __init__(self,
                  optimizer: Optimizer,
@@ -122,7 +153,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
                  clip_grad_per_module: Optional[Sequence[dict]] = None,
                  max_consecutive_skips: int = 20,
                  log_all_ranks: bool = True,
-                 skip_zero_grad: bool = True) -> None:
+                 skip_zero_grad: bool = True,
+                 spike_skip: Optional[Union[bool, dict]] = None) -> None:
         super().__init__(optimizer=optimizer,
                          accumulative_counts=accumulative_counts,
                          clip_grad=clip_grad)
@@ -133,14 +165,21 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self.log_all_ranks = log_all_ranks
         self.clip_grad_per_module = parse_module_rules(clip_grad_per_module)
         self.skip_zero_grad = skip_zero_grad
+        self.spike_detector: Optional[GradSpikeDetector] = \
+            GradSpikeDetector.from_config(spike_skip)
+        # who decided: this wrapper's own argument (a run's setting then
+        # does not apply), the run's config, or nobody yet
+        self._spike_skip_source: Optional[str] = (
+            None if spike_skip is None else 'argument')
         self.counters: Dict = dict(
             skipped=0, consecutive=0, nan_skips=0, amp_overflow=0,
-            steps=0, by_reason={})
+            spike_skips=0, steps=0, by_reason={})
         # (iteration, {rank: image paths}) of the latest skipped windows.
         self.recent_bad: deque = deque(maxlen=max(5, max_consecutive_skips))
         self._window: List[dict] = []
         self._skip_request: Optional[str] = None
         self._batch_files: List[str] = []
+        self._batch_data: Any = None
         self._model_ref = None
         self._param_names: Dict[int, str] = {}
         self.work_dir: Optional[str] = None
@@ -149,6 +188,34 @@ class NaNSkipOptimWrapper(OptimWrapper):
         """Write skip events to ``{work_dir}/mmsafe_events.jsonl`` (None:
         log only)."""
         self.work_dir = work_dir
+
+    def use_run_spike_skip(self, spike_skip: Optional[Union[bool, dict]]
+                           ) -> bool:
+        """Take the run's spike-skip setting (the config's
+        ``mmsafe_spike_skip``, which ``configs/_base_/safety_runtime.py``
+        sets) unless this wrapper's own ``spike_skip`` argument decided.
+
+        Args:
+            spike_skip (bool | dict, optional): as the ``spike_skip``
+                argument.
+
+        Returns:
+            bool: whether the run's setting was taken now (False when the
+            wrapper's own argument decides, when there is none, or when it
+            was taken before).
+        """
+        if self._spike_skip_source is not None or spike_skip is None:
+            return False
+        self.spike_detector = GradSpikeDetector.from_config(spike_skip)
+        self._spike_skip_source = 'run'
+        return True
+
+    @property
+    def spike_skip_source(self) -> Optional[str]:
+        """Who set the spike skip: ``'argument'`` (the wrapper's own
+        ``spike_skip``), ``'run'`` (the config's ``mmsafe_spike_skip``) or
+        None (nobody: off)."""
+        return self._spike_skip_source
 
     # ------------------------------------------------------------------ #
     # what other components read
@@ -162,6 +229,13 @@ class NaNSkipOptimWrapper(OptimWrapper):
     def skipped_steps(self) -> int:
         """Optimizer steps skipped so far in this run."""
         return int(self.counters['skipped'])
+
+    @property
+    def unstable_skips(self) -> int:
+        """Steps skipped so far because the gradient was not finite or
+        spiked (fp16 loss-scale overflows, zero gradients and requested
+        skips not counted): what tells a diverging run."""
+        return int(self.counters['nan_skips'] + self.counters['spike_skips'])
 
     # ------------------------------------------------------------------ #
     # model watching: parameter names and the batch's image paths
@@ -196,6 +270,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
             data = args[0] if args else kwargs.get('data')
             if isinstance(data, dict):
                 self._batch_files = batch_file_names(data)
+                # a reference only: summarised when the step is skipped
+                self._batch_data = data
 
         return preprocessor.register_forward_pre_hook(
             record_batch_files, with_kwargs=True)
@@ -231,7 +307,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
             kwargs['gradient'] = torch.where(finite, ones, ones * math.nan)
         self._window.append(
             dict(iter=current_iter(), loss=detached,
-                 files=list(self._batch_files), request=self._skip_request))
+                 files=list(self._batch_files), batch=self._batch_data,
+                 request=self._skip_request))
         self._skip_request = None
         self._backward(loss, **kwargs)
         self._inner_count += 1
@@ -266,10 +343,17 @@ class NaNSkipOptimWrapper(OptimWrapper):
         if window and all(requests):
             reasons.extend(r for r in dict.fromkeys(requests)
                            if r not in reasons)
+        spike = None
+        if not reasons and self.spike_detector is not None and params:
+            spike = self.spike_detector.judge(grad_norm)
+            if spike is not None:
+                reasons.append(GRAD_SPIKE)
         if reasons:
-            self._skip(reasons, window, grad_norm)
+            self._skip(reasons, window, grad_norm, spike)
         else:
             self._apply(params, grad_norm, total_norm=norm, **kwargs)
+            if self.spike_detector is not None and params:
+                self.spike_detector.accept(grad_norm)
         self._publish()
 
     def _nonfinite_reason(self) -> str:
@@ -307,9 +391,9 @@ class NaNSkipOptimWrapper(OptimWrapper):
         self.counters['consecutive'] = 0
 
     def _skip(self, reasons: List[str], window: List[dict],
-              grad_norm: float) -> None:
+              grad_norm: float, spike: Optional[dict] = None) -> None:
         record_skip(self.counters, self.recent_bad, reasons, window,
-                    grad_norm, self.log_all_ranks, self.work_dir)
+                    grad_norm, self.log_all_ranks, self.work_dir, spike)
         self._skip_step(reasons)
         self.optimizer.zero_grad()
         limit = self.max_consecutive_skips
@@ -324,6 +408,8 @@ class NaNSkipOptimWrapper(OptimWrapper):
         update_scalar(hub, Scalar.CONSECUTIVE_SKIPS, c['consecutive'])
         if self._is_amp():
             update_scalar(hub, Scalar.AMP_OVERFLOWS, c['amp_overflow'])
+        if self.spike_detector is not None:
+            update_scalar(hub, Scalar.SPIKE_SKIPS, c['spike_skips'])
         update_counters(Counter.STEP_GUARD, **c)
 
     # ------------------------------------------------------------------ #
@@ -347,7 +433,9 @@ class NaNSkipOptimWrapper(OptimWrapper):
         state = super().state_dict()
         state['mmsafe_step_guard'] = dict(
             counters=plain(self.counters),
-            recent_bad=plain(list(self.recent_bad)))
+            recent_bad=plain(list(self.recent_bad)),
+            spike=(None if self.spike_detector is None else
+                   self.spike_detector.state_dict()))
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -358,15 +446,67 @@ class NaNSkipOptimWrapper(OptimWrapper):
             self.counters.update(guard.get('counters', {}))
             self.recent_bad.clear()
             self.recent_bad.extend(guard.get('recent_bad', []))
+            if guard.get('spike') and self.spike_detector is not None:
+                self.spike_detector.load_state_dict(guard['spike'])
         super().load_state_dict(state_dict)
+
+    def rewind(self, state_dict: dict) -> None:
+        """Go back to an earlier :meth:`state_dict` for a rollback: the
+        optimizer's state, the AMP loss scaler's and the spike window are
+        restored; the skip counters keep counting the skips that happened
+        (only the count of skips in a row restarts at 0).
+
+        Args:
+            state_dict (dict): a :meth:`state_dict` of this wrapper.
+        """
+        counters = plain(self.counters)
+        recent_bad = list(self.recent_bad)
+        self.load_state_dict(state_dict)
+        self.counters.update(counters)
+        self.counters['consecutive'] = 0
+        self.recent_bad.clear()
+        self.recent_bad.extend(recent_bad)
+        self._window = []
+
+
+def _nan_skip_wrappers(optim_wrapper) -> List[NaNSkipOptimWrapper]:
+    """The NaN-skip wrappers in ``optim_wrapper`` (itself, or the wrappers
+    of an ``OptimWrapperDict``)."""
+    inner = getattr(optim_wrapper, 'optim_wrappers', None)
+    return [w for w in (inner.values() if isinstance(inner, dict)
+                        else [optim_wrapper])
+            if isinstance(w, NaNSkipOptimWrapper)]
 
 
 def bind_work_dirs(optim_wrapper, work_dir: Optional[str]) -> None:
     """:meth:`NaNSkipOptimWrapper.bind_work_dir` for every NaN-skip wrapper
     in ``optim_wrapper`` (itself, or the wrappers of an
     ``OptimWrapperDict``); other wrappers are left as they are."""
-    inner = getattr(optim_wrapper, 'optim_wrappers', None)
-    for wrapper in (inner.values() if isinstance(inner, dict)
-                    else [optim_wrapper]):
-        if isinstance(wrapper, NaNSkipOptimWrapper):
-            wrapper.bind_work_dir(work_dir)
+    for wrapper in _nan_skip_wrappers(optim_wrapper):
+        wrapper.bind_work_dir(work_dir)
+
+
+def use_run_spike_skip(optim_wrapper,
+                       spike_skip: Optional[Union[bool, dict]]) -> None:
+    """:meth:`NaNSkipOptimWrapper.use_run_spike_skip` for every NaN-skip
+    wrapper in ``optim_wrapper``, with the run config's
+    ``mmsafe_spike_skip``; says once which rule each wrapper judges by."""
+    from mmsafe.events import log_once
+    for wrapper in _nan_skip_wrappers(optim_wrapper):
+        wrapper.use_run_spike_skip(spike_skip)
+        detector = wrapper.spike_detector
+        name = type(wrapper).__name__
+        if detector is not None:
+            where = ('optim_wrapper.spike_skip'
+                     if wrapper.spike_skip_source == 'argument'
+                     else 'mmsafe_spike_skip')
+            log_once(f'spike_skip:{id(wrapper)}',
+                     f'{name}: a step whose gradient norm is above '
+                     f'{detector.describe()} is skipped ({where}; judged '
+                     f'once {detector.window} steps were applied).',
+                     logging.INFO)
+        elif spike_skip:
+            log_once(f'spike_skip:{id(wrapper)}',
+                     f'{name}: optim_wrapper.spike_skip=False overrides '
+                     'mmsafe_spike_skip: gradient-norm spikes are not '
+                     'skipped.', logging.INFO)

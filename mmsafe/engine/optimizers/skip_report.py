@@ -9,12 +9,24 @@ from mmsafe.dist import all_gather_object, current_iter, get_rank
 from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.guard_outputs import Event
 from mmsafe.events import log, write_event
+from .batch_summary import batch_summary, describe
 
 #: Skip reasons.
 NONFINITE_LOSS = 'nonfinite_loss'
 NONFINITE_GRAD = 'nonfinite_grad'
 AMP_OVERFLOW = 'amp_overflow'
 ZERO_GRAD = 'zero_grad'
+GRAD_SPIKE = 'grad_spike'
+
+#: Images summarised per rank in a skip's log line (the event has all).
+LOGGED_IMAGES = 8
+
+
+def current_epoch() -> Optional[int]:
+    """The runner's current epoch (0-based) from the message hub, if any."""
+    from mmengine.logging import MessageHub
+    epoch = MessageHub.get_current_instance().get_info('epoch')
+    return None if epoch is None else int(epoch)
 
 
 def shown(it: Optional[int]):
@@ -31,10 +43,13 @@ def counter_kind(reason: str) -> Optional[str]:
     """The counter a skip with first reason ``reason`` adds to."""
     if reason in (NONFINITE_LOSS, NONFINITE_GRAD):
         return 'nan_skips'
+    if reason == GRAD_SPIKE:
+        return 'spike_skips'
     return 'amp_overflow' if reason == AMP_OVERFLOW else None
 
 
-def culprit(reasons: List[str], bad_ranks: List[int], num_ranks: int) -> str:
+def culprit(reasons: List[str], bad_ranks: List[int], num_ranks: int,
+            spike: Optional[dict] = None) -> str:
     """Why the step was skipped, in words."""
     if bad_ranks:
         return (f'the loss was not finite on rank(s) {bad_ranks}, and its '
@@ -46,6 +61,16 @@ def culprit(reasons: List[str], bad_ranks: List[int], num_ranks: int) -> str:
                 ', but the gradient is not (a NaN/Inf arose in the backward '
                 'pass' + (', or the fp16 loss scale overflowed'
                           if reasons[0] == AMP_OVERFLOW else '') + ')')
+    if reasons[0] == GRAD_SPIKE and spike:
+        return (f"the gradient norm {fmt(spike['norm'])} is "
+                f"{fmt(spike['sigmas_above'])} standard deviations above the "
+                f"mean {fmt(spike['mean'])} (std {fmt(spike['std'])}) of the "
+                f"last {spike['steps']} applied steps, {fmt(spike['ratio'])}x "
+                f"that mean (threshold {fmt(spike['threshold'])}: mean + "
+                f"{spike['sigmas']:g} std, at least {spike['min_ratio']:g}x "
+                'the mean); the batch is far from what the network was '
+                'trained on so far (check its images and boxes) or the '
+                'learning rate jumped')
     if reasons[0] == ZERO_GRAD:
         return ('the gradient is exactly 0 on every parameter: no rank '
                 'produced any training signal (e.g. every batch was empty '
@@ -56,15 +81,25 @@ def culprit(reasons: List[str], bad_ranks: List[int], num_ranks: int) -> str:
 def skip_message(it: Optional[int], iters: List[Optional[int]],
                  reasons: List[str], cause: str, grad_norm: float,
                  everyone: List[dict], counters: Dict) -> str:
-    """The log line of a skipped step (every rank's losses and files)."""
+    """The log lines of a skipped step: the cause, every rank's losses and
+    files, then each rank's images with their size, value range and
+    annotations."""
     details = '; '.join(
         f"rank {r['rank']}: loss={[fmt(v) for v in r['losses']]} "
         f"files={r['files']}" for r in everyone)
-    return (f'skipped the optimizer step of Iter(train) {shown(it)} '
-            f'(window {[shown(i) for i in iters]}) on all ranks, reasons '
-            f'{reasons}: {cause}. grad_norm={fmt(grad_norm)}; {details}; '
-            f"skipped {counters['skipped']} steps so far, "
-            f"{counters['consecutive']} in a row")
+    lines = [f'skipped the optimizer step of Iter(train) {shown(it)} '
+             f'(window {[shown(i) for i in iters]}) on all ranks, reasons '
+             f'{reasons}: {cause}. grad_norm={fmt(grad_norm)}; {details}; '
+             f"skipped {counters['skipped']} steps so far, "
+             f"{counters['consecutive']} in a row"]
+    for r in everyone:
+        images = r.get('images') or []
+        lines += [f"  rank {r['rank']} image: {describe(e)}"
+                  for e in images[:LOGGED_IMAGES]]
+        if len(images) > LOGGED_IMAGES:
+            lines.append(f"  rank {r['rank']}: {len(images) - LOGGED_IMAGES}"
+                         ' more images in the step_skip event')
+    return '\n'.join(lines)
 
 
 def too_many_skips(counters: Dict, recent_bad: List[dict],
@@ -75,13 +110,21 @@ def too_many_skips(counters: Dict, recent_bad: List[dict],
         ', '.join(f'rank {r} {files}'
                   for r, files in sorted(b['files'].items()))
         for b in recent_bad[-limit:])
+    spikes = any(GRAD_SPIKE in b['reasons'] for b in recent_bad[-limit:])
+    hint = (' Skips for grad_spike in a row after a lasting change of the '
+            'gradient\'s level (a module unfrozen, a schedule step) mean the '
+            'spike rule is too tight for this run: raise spike_skip\'s '
+            "sigmas or min_ratio. A run that diverged can be rolled back by "
+            'DivergenceRollbackHook.' if spikes else '')
     return MMSafeRuntimeError(
         f"[mmsafe] {counters['consecutive']} optimizer steps in a row were "
         f'skipped (max_consecutive_skips={limit}); training is not making '
         f'progress. Last bad iterations: {bad}. Check these images '
-        '(tools/check_dataset.py), lower the learning rate or enable '
+        '(tools/check_dataset.py CONFIG --files WORK_DIR/'
+        'mmsafe_events.jsonl checks them all), lower the learning rate or '
+        'enable '
         'gradient clipping; raise optim_wrapper.max_consecutive_skips only '
-        'if such runs of skips are expected.')
+        f'if such runs of skips are expected.{hint}')
 
 
 def plain(value):
@@ -98,7 +141,8 @@ def plain(value):
 
 def record_skip(counters: Dict, recent_bad: deque, reasons: List[str],
                 window: List[dict], grad_norm: float, gather: bool,
-                work_dir: Optional[str]) -> None:
+                work_dir: Optional[str],
+                spike: Optional[dict] = None) -> None:
     """Count, log and record (event, ``recent_bad``) a skipped step.
 
     Every rank skips the step together, so with ``gather`` every rank
@@ -110,10 +154,14 @@ def record_skip(counters: Dict, recent_bad: deque, reasons: List[str],
         counters (dict): the wrapper's counters, updated in place.
         recent_bad (deque): the latest skipped windows, appended to.
         reasons (list[str]): the skip reasons, first the main one.
-        window (list[dict]): ``iter``, ``loss`` and ``files`` per backward.
+        window (list[dict]): ``iter``, ``loss``, ``files`` and ``batch``
+            (the collated batch, or None) per backward.
         grad_norm (float): the step's global gradient norm.
         gather (bool): gather every rank's losses and files.
         work_dir (str, optional): where the ``step_skip`` event goes.
+        spike (dict, optional): the spike detector's verdict
+            (:meth:`~.grad_spike.GradSpikeDetector.judge`) for a
+            ``grad_spike`` skip.
     """
     it = window[-1]['iter'] if window else current_iter()
     iters = [w['iter'] for w in window]
@@ -121,7 +169,9 @@ def record_skip(counters: Dict, recent_bad: deque, reasons: List[str],
     losses = [float(w['loss'].float().sum()) for w in window]
     mine = dict(rank=get_rank(), iters=iters, losses=losses,
                 loss_finite=[math.isfinite(v) for v in losses],
-                files=[f for w in window for f in w['files']])
+                files=[f for w in window for f in w['files']],
+                images=[e for w in window
+                        for e in batch_summary(w.get('batch'))])
     # Every rank skips this step, so every rank joins the gather.
     everyone = all_gather_object(mine) if gather else [mine]
     bad_ranks = [r['rank'] for r in everyone
@@ -138,12 +188,13 @@ def record_skip(counters: Dict, recent_bad: deque, reasons: List[str],
         by_reason[reason] = by_reason.get(reason, 0) + 1
 
     write_event(work_dir, Event.STEP_SKIP, iter=it, iters=iters,
-                reasons=reasons, cause=kind or reasons[0],
-                bad_ranks=bad_ranks, loss=losses, grad_norm=grad_norm,
-                files=mine['files'], skipped=counters['skipped'],
+                epoch=current_epoch(), reasons=reasons,
+                cause=kind or reasons[0], bad_ranks=bad_ranks, loss=losses,
+                grad_norm=grad_norm, spike=spike, files=mine['files'],
+                images=mine['images'], skipped=counters['skipped'],
                 consecutive=counters['consecutive'])
     log(skip_message(it, iters, reasons,
-                     culprit(reasons, bad_ranks, len(everyone)),
+                     culprit(reasons, bad_ranks, len(everyone), spike),
                      grad_norm, everyone, counters),
         # fp16 overflows are routine while the loss scale settles.
         logging.INFO if kind == 'amp_overflow' else logging.WARNING)

@@ -20,7 +20,8 @@ from mmengine.runner import Runner
 
 from mmsafe.checkpoint import register_checkpoint_schemes
 from mmsafe.engine.monitor_sync import MonitorSync
-from mmsafe.engine.optimizers.nan_skip_optim_wrapper import bind_work_dirs
+from mmsafe.engine.optimizers.nan_skip_optim_wrapper import (
+    bind_work_dirs, use_run_spike_skip)
 from mmsafe.engine.run_context import RunContext, run_context
 from mmsafe.guard_outputs import Event, GuardOutputs, Section
 from .checkpoints import (RunCheckpoints, atomic_save_args,
@@ -68,7 +69,8 @@ class SafeRunner(Runner):
       their loader workers stopped when the run ends;
     * **loaders** (:mod:`~mmsafe.engine.runner.dataloader`): unpaired
       wrapper pipelines refused, workers that outlive stop signals;
-    * skip events of the NaN-skip optim wrappers in the event log;
+    * skip events of the NaN-skip optim wrappers in the event log, and
+      their spike skip as the config's ``mmsafe_spike_skip`` sets it;
     * a :class:`~mmsafe.engine.runner.StopTraining` of a hook ends training
       cleanly (``after_train``/``after_run`` hooks run; after
       :class:`~mmsafe.engine.runner.Preempted`,
@@ -141,6 +143,7 @@ class SafeRunner(Runner):
     def build_optim_wrapper(self, optim_wrapper):
         built = super().build_optim_wrapper(optim_wrapper)
         bind_work_dirs(built, run_context(self).events.work_dir)
+        use_run_spike_skip(built, self.cfg.get('mmsafe_spike_skip'))
         return built
 
     # ------------------------------------------------------ checkpoints --
