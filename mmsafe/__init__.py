@@ -1,11 +1,14 @@
 """mmsafe: safe dual-modality (visible + infrared) detection training.
 
-Importing this package registers every mmsafe component into MMDetection's
-registries (``mmdet.registry``), ``SafeRunner`` into MMEngine's runner
-registry and the ``atomic_local`` file backend into MMEngine's file
-backends. It changes nothing else: behaviour comes from what a config
-chooses (``runner_type='SafeRunner'``, hook and wrapper types), e.g. with
-``configs/_base_/safety_runtime.py``::
+Importing this package registers every mmsafe component in the registries
+of its own scope, ``mmsafe`` (children of MMDetection's,
+:mod:`mmsafe.registry`); its training machinery (``SafeRunner``, loops,
+hooks, optim wrappers) also answers by plain name from MMDetection's scope
+where the name is free, and the detection stack (``LLVIPDataset``,
+``MACLHead`` ...) is ``mmsafe.<Name>`` there, so that a project's classes of
+the same names keep theirs. It changes nothing else: behaviour comes from
+what a config chooses (``runner_type='SafeRunner'``, hook and wrapper
+types), e.g. with ``configs/_base_/safety_runtime.py``::
 
     custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
 """
@@ -19,6 +22,9 @@ from . import datasets  # noqa: E402,F401
 from . import models  # noqa: E402,F401
 from . import engine  # noqa: E402,F401
 from . import evaluation  # noqa: E402,F401
-from .registry_help import mmsafe_registered_names  # noqa: E402
+from .registry_help import (announce_scope,  # noqa: E402
+                            mmsafe_registered_names)
+
+announce_scope()
 
 __all__ = ['__version__', 'mmsafe_registered_names']

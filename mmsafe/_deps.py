@@ -11,29 +11,39 @@ from packaging.version import Version
 
 from mmsafe.errors import MMSafeImportError
 
-SETUP_HINT = ('Run `bash tools/setup_env.sh` from the mmsafe checkout '
-              '(Windows: `tools\\setup_env.bat`), or install by hand: '
-              'torch first, then `pip install "setuptools<70" wheel && '
-              'MMCV_WITH_OPS=1 pip install --no-build-isolation '
-              '"mmcv>=2.0.0,<2.2.0"`, then `pip install -e .`.')
+#: for a missing dependency: how to install mmsafe's stack
+SETUP_HINT = ('To make a new environment: `bash tools/setup_env.sh` from the '
+              'mmsafe checkout (Windows: `tools\\setup_env.bat`). Into an '
+              'environment of your own: torch first, then mmengine, '
+              '`pip install "setuptools<70" wheel && MMCV_WITH_OPS=1 pip '
+              'install --no-build-isolation "mmcv>=2.0.0,<2.2.0"`, mmdet, '
+              'then mmsafe.')
+#: for an installed release outside the range: nothing is reinstalled for
+#: the user (their project pins its own MMDetection, mmcv and torch)
+RANGE_HINT = ('mmsafe changes none of the installed packages. Keep your '
+              'project\'s stack and choose a release of the package named '
+              'above inside the supported range yourself, or make a separate '
+              'environment with `bash tools/setup_env.sh` from the mmsafe '
+              'checkout.')
 
 #: the Python versions the package's syntax and standard library need
-#: (measured with vermin) and that torch 2.1 starts from
+#: (measured with vermin) and that torch 2.0 starts from
 PYTHON_MIN = (3, 8)
 
-SUPPORTED = ('Supported: Python >= 3.8, torch >= 2.1 (2.1.2 is the default '
-             'set-up, with OpenMMLab\'s prebuilt mmcv), numpy 1.x or 2.x, '
-             'mmengine 0.10.x, mmcv 2.1.0, mmdet 3.3.x.')
+SUPPORTED = ('Supported: Python >= 3.8, torch >= 2.0, numpy 1.x or 2.x, '
+             'mmengine 0.7 to 0.10, mmcv 2.0.x or 2.1.0, mmdet 3.0 to 3.3 '
+             '(the releases MMDetection 3.0 to 3.3 accept).')
 
 # (import name, pip requirement, minimum version inclusive, maximum exclusive)
-# The supported stack: torch 2.1 (what OpenMMLab's prebuilt mmcv 2.1.0
-# targets) up to the newest release, numpy 1.x and 2.x.
+# The supported stack: what MMDetection 3.0 to 3.3 accept, from torch 2.0
+# (what OpenMMLab's prebuilt mmcv 2.0.1 wheels target) to the newest
+# release, numpy 1.x and 2.x.
 REQUIREMENTS = (
-    ('torch', 'torch>=2.1', '2.1.0', None),
+    ('torch', 'torch>=2.0', '2.0.0', None),
     ('numpy', 'numpy>=1.22,<3', '1.22.0', '3.0.0'),
-    ('mmengine', 'mmengine>=0.10,<1', '0.10.0', '1.0.0'),
+    ('mmengine', 'mmengine>=0.7.1,<1', '0.7.1', '1.0.0'),
     ('mmcv', 'mmcv>=2.0.0,<2.2.0', '2.0.0', '2.2.0'),
-    ('mmdet', 'mmdet>=3.3,<3.4', '3.3.0', '3.4.0'),
+    ('mmdet', 'mmdet>=3.0,<3.4', '3.0.0', '3.4.0'),
 )
 
 
@@ -58,7 +68,7 @@ def check_dependencies() -> None:
         ImportError: when a dependency is absent, has the wrong version, or
             mmcv was installed without its compiled ops (``mmcv-lite``).
     """
-    problems = []
+    problems, out_of_range = [], False
     if sys.version_info[:2] < PYTHON_MIN:
         problems.append(
             f'Python {sys.version.split()[0]} is too old: mmsafe needs '
@@ -75,12 +85,14 @@ def check_dependencies() -> None:
             problems.append(
                 f'{module} {found} is installed but mmsafe supports '
                 f'{requirement}')
+            out_of_range = True
     if not problems and importlib.util.find_spec('mmcv._ext') is None:
         problems.append(
             'mmcv is installed without its compiled ops (mmcv._ext is '
             'missing; MMDetection needs RoIAlign and NMS). Reinstall mmcv '
             'with MMCV_WITH_OPS=1')
     if problems:
+        hint = RANGE_HINT if out_of_range else SETUP_HINT
         raise MMSafeImportError('mmsafe cannot be imported: ' +
                                 '; '.join(problems) + '. ' + SUPPORTED + ' ' +
-                                SETUP_HINT)
+                                hint)

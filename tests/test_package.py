@@ -99,6 +99,24 @@ def test_unknown_type_lists_mmsafe_names_and_close_match():
         assert name in message
 
 
+def test_a_stack_name_under_the_mmdet_scope_says_how_to_reach_mmsafes():
+    """mmsafe's detection stack is not in MMDetection's scope (a project
+    may hold those names): the error says how to reach mmsafe's class."""
+    import mmsafe  # noqa: F401
+    from mmengine.registry import DefaultScope
+    from mmdet.registry import DATASETS
+    from mmsafe.registry_help import explain_unknown_type
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        with pytest.raises(KeyError) as err:
+            DATASETS.build(dict(type='LLVIPDataset'))
+    message = str(explain_unknown_type(err.value))
+    assert 'LLVIPDataset is not in the mmdet::dataset registry' in message
+    assert "type='mmsafe.LLVIPDataset'" in message
+    assert "_scope_='mmsafe'" in message
+    assert "default_scope = 'mmsafe'" in message
+    assert 'Did you mean' not in message
+
+
 def test_nested_unknown_type_is_explained_once():
     import mmsafe  # noqa: F401
     from mmengine.registry import DefaultScope
@@ -129,9 +147,11 @@ def test_train_py_explains_an_unknown_type_name(tmp_path):
     assert 'Did you mean: DualStreamFasterRCNN' in result.output, result
 
 
-@pytest.mark.parametrize('module,found', [('torch', '2.0.1'),
+@pytest.mark.parametrize('module,found', [('torch', '1.13.1'),
                                           ('numpy', '3.0.0'),
-                                          ('mmcv', '2.2.0')])
+                                          ('mmcv', '2.2.0'),
+                                          ('mmdet', '3.4.0'),
+                                          ('mmengine', '0.6.0')])
 def test_out_of_range_version_names_found_and_supported(monkeypatch, module,
                                                         found):
     from mmsafe import _deps
@@ -143,9 +163,14 @@ def test_out_of_range_version_names_found_and_supported(monkeypatch, module,
         _deps.check_dependencies()
     message = str(info.value)
     assert f'{module} {found} is installed' in message, message
-    assert 'Supported: Python >= 3.8, torch >= 2.1' in message
+    assert 'Supported: Python >= 3.8, torch >= 2.0' in message
     assert 'numpy 1.x or 2.x' in message
-    assert 'tools/setup_env.sh' in message
+    assert 'mmengine 0.7 to 0.10, mmcv 2.0.x or 2.1.0, mmdet 3.0 to 3.3' \
+        in message
+    # a project's own stack is never replaced: no install command for it
+    assert 'changes none of the installed packages' in message
+    assert 'pip install' not in message
+    assert 'tools/setup_env.sh' in message  # a separate environment
 
 
 def test_supported_versions_pass_the_check():
@@ -159,4 +184,6 @@ def test_python_requires_matches_the_import_check():
     from mmsafe import _deps
     minimum = '.'.join(map(str, _deps.PYTHON_MIN))
     assert f'requires-python = ">={minimum}"' in project
-    assert '"torch>=2.1"' in project and '"numpy>=1.22,<3"' in project
+    # the package declares exactly the ranges the import accepts
+    for _, requirement, _, _ in _deps.REQUIREMENTS:
+        assert f'"{requirement}"' in project, requirement

@@ -1,6 +1,10 @@
-"""Every type name mmsafe registers builds from a config under
-``default_scope='mmdet'``. A newly registered name without an example here
-fails the completeness test, so the table stays complete."""
+"""Every type name mmsafe registers builds from a config, by the rule of
+:mod:`mmsafe.registry`: mmsafe's machinery (runner, loops, hooks, optim
+wrappers) by its plain name under ``default_scope='mmdet'``; the detection
+stack (datasets, transforms, models, metrics) as ``mmsafe.<Name>`` there,
+its own parts by plain names, and by its plain name under
+``default_scope='mmsafe'``. A newly registered name without an example
+here fails the completeness test, so the table stays complete."""
 import os.path as osp
 
 import pytest
@@ -142,8 +146,35 @@ def test_every_registered_name_has_a_build_example():
 CASES = [(group, name) for group in EXAMPLES for name in EXAMPLES[group]]
 
 
+STACK_GROUPS = ('dataset', 'transform', 'model', 'metric')
+
+
+def test_the_machinery_answers_in_the_mmdet_scope_and_the_stack_does_not():
+    registered = _registered()
+    from mmdet import registry as mmdet_registry
+    from mmengine.registry import RUNNERS
+    targets = {'runner': RUNNERS, 'loop': mmdet_registry.LOOPS,
+               'hook': mmdet_registry.HOOKS,
+               'optim_wrapper': mmdet_registry.OPTIM_WRAPPERS,
+               'dataset': mmdet_registry.DATASETS,
+               'transform': mmdet_registry.TRANSFORMS,
+               'model': mmdet_registry.MODELS,
+               'metric': mmdet_registry.METRICS}
+    for group, names in registered.items():
+        for name in names:
+            there = targets[group].module_dict.get(name)
+            if group in STACK_GROUPS:
+                # only a project's own class may hold the name there
+                assert there is None or not there.__module__.startswith(
+                    'mmsafe'), (group, name)
+            else:
+                assert there is not None and there.__module__.startswith(
+                    'mmsafe'), (group, name)
+
+
+@pytest.mark.parametrize('scope', ['mmdet', 'mmsafe'])
 @pytest.mark.parametrize('group,name', CASES)
-def test_builds_from_config_under_mmdet_scope(group, name, tmp_path):
+def test_builds_from_config(group, name, scope, tmp_path):
     import mmsafe  # noqa: F401
     from mmdet import registry
     from mmengine.optim import build_optim_wrapper
@@ -152,31 +183,42 @@ def test_builds_from_config_under_mmdet_scope(group, name, tmp_path):
     example = EXAMPLES[group][name]
     cfg = example(str(tmp_path / 'llvip')) if callable(example) else dict(
         example)
+    if group in STACK_GROUPS and scope == 'mmdet':
+        # the outer name with the scope prefix; its parts by plain names
+        cfg['type'] = f'mmsafe.{cfg["type"]}'
+    model = _tiny_model()
+    if scope == 'mmdet':
+        model['type'] = f'mmsafe.{model["type"]}'
     if group == 'runner':
         from mmengine.config import Config
         from mmengine.registry import RUNNERS
 
         from mmsafe.engine.run_context import run_context
-        obj = RUNNERS.build(Config(cfg))
+        obj = RUNNERS.build(Config(dict(
+            cfg, model=model, default_scope=scope,
+            experiment_name=f'{cfg["experiment_name"]}_{scope}')))
         assert type(obj).__name__ == name
         assert run_context(obj).monitor_sync is not None
         return
     if group == 'loop':
         from mmengine.config import Config
         from mmengine.registry import RUNNERS
+        dataset = _llvip(str(tmp_path / 'llvip'))
+        if scope == 'mmdet':
+            dataset['type'] = 'mmsafe.LLVIPDataset'
         runner = RUNNERS.build(Config(dict(
-            runner_type='SafeRunner', model=_tiny_model(),
-            work_dir=osp.join(str(tmp_path), 'work'), default_scope='mmdet',
-            experiment_name=f'registry_build_{name}',
+            runner_type='SafeRunner', model=model,
+            work_dir=osp.join(str(tmp_path), 'work'), default_scope=scope,
+            experiment_name=f'registry_build_{name}_{scope}',
             train_dataloader=dict(
                 batch_size=1, num_workers=0,
                 sampler=dict(type='DefaultSampler', shuffle=False),
-                dataset=_llvip(str(tmp_path / 'llvip'))),
+                dataset=dataset),
             train_cfg=cfg,
             optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)))))
         assert type(runner.train_loop).__name__ == name
         return
-    with DefaultScope.overwrite_default_scope('mmdet'):
+    with DefaultScope.overwrite_default_scope(scope):
         if group == 'optim_wrapper':
             model = torch.nn.Linear(2, 2)
             cfg['optimizer'] = dict(type='SGD', lr=0.01)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv and install mmsafe's stack, in order:
+# Create (or reuse) .venv and install one of mmsafe's stacks, in order:
 #   torch -> numpy that this torch can use -> mmcv (OpenMMLab's prebuilt
 #   wheel if one exists, else a source build with ops, kept per torch build)
 #   -> mmengine, mmdet, tensorboard, test tools -> mmsafe (editable).
@@ -9,7 +9,15 @@
 # publishes prebuilt mmcv 2.1.0 (CUDA 12.1 build with an NVIDIA GPU, CPU build
 # otherwise; Python 3.12+ takes the oldest torch that has a wheel for it).
 #
+# MMSAFE_STACK=oldest takes the oldest supported stack instead (torch
+# 2.0.1, mmcv 2.0.1, mmengine 0.7.4, mmdet 3.0.0), MMSAFE_STACK=newest the
+# newest (see tools/setup_plan.py).
+#
 # Variables:
+#   MMSAFE_STACK         default | oldest | newest
+#   MMSAFE_MMCV, MMSAFE_MMENGINE, MMSAFE_MMDET
+#                        replace the stack's mmcv version (2.0.1, 2.1.0)
+#                        and mmengine / mmdet requirements
 #   MMSAFE_VENV          venv folder (default: <repo>/.venv)
 #   MMSAFE_PYTHON        interpreter used to create the venv (default python3)
 #   MMSAFE_TORCH         torch requirement, e.g. torch==2.13.0 (default: see
@@ -30,7 +38,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${MMSAFE_VENV:-$ROOT/.venv}"
 PY_BOOT="${MMSAFE_PYTHON:-python3}"
 PLAN="$ROOT/tools/setup_plan.py"
-MMCV_REQ="mmcv==2.1.0"
 STAMP="$VENV/.mmsafe-setup"
 CONSTRAINTS="$VENV/mmsafe-constraints.txt"
 START=$(date +%s)
@@ -52,12 +59,18 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
 
 # Everything that decides what gets installed goes into the stamp.
-WANT="$(cat "$ROOT/setup.py" "$ROOT/pyproject.toml" "$ROOT/requirements.txt" "$0" "$PLAN" | sha256sum | cut -c1-16) ${MMSAFE_TORCH:-default}"
+WANT="$(cat "$ROOT/setup.py" "$ROOT/pyproject.toml" "$ROOT/requirements.txt" "$0" "$PLAN" | sha256sum | cut -c1-16) ${MMSAFE_STACK:-default} ${MMSAFE_TORCH:-} ${MMSAFE_MMCV:-} ${MMSAFE_MMENGINE:-} ${MMSAFE_MMDET:-}"
 if [ "${MMSAFE_FORCE:-0}" != 1 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
    && "$PY" -c "import mmsafe" >/dev/null 2>&1; then
   say "environment ready ($VENV), nothing to do ($(( $(date +%s) - START ))s)"
   exit 0
 fi
+
+# 0. the stack: mmcv's version, the mmengine and mmdet requirements
+read_plan < <("$PY_BOOT" "$PLAN" stack)
+MMCV_VERSION="$PLAN_MMCV_VERSION"
+MMCV_REQ="mmcv==$MMCV_VERSION"
+say "stack: ${PLAN_STACK} (mmcv $MMCV_VERSION, $PLAN_MMENGINE_REQ, $PLAN_MMDET_REQ)"
 
 # 1. torch (keep an existing one; the user may have chosen a CUDA build).
 if "$PY" -c "import torch" >/dev/null 2>&1; then
@@ -85,9 +98,9 @@ PIPC=("${PIP[@]}" install -c "$CONSTRAINTS")
 
 # 3. mmcv with compiled ops that run against THIS torch. mmcv imports
 #    mmengine, so mmengine comes first (else every check of mmcv fails).
-"${PIPC[@]}" "mmengine==0.10.7"
+"${PIPC[@]}" "$PLAN_MMENGINE_REQ"
 MMCV_OK='import torch, mmcv; from mmcv.ops import nms
-assert mmcv.__version__ == "2.1.0", mmcv.__version__
+assert mmcv.__version__ == "'"$MMCV_VERSION"'", mmcv.__version__
 b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]])
 assert nms(b, torch.tensor([0.9, 0.8]), 0.5)[1].tolist() == [0]'
 if "$PY" -c "$MMCV_OK" >/dev/null 2>&1; then
@@ -114,15 +127,15 @@ else
     WHEELS="$PLAN_MMCV_WHEEL_DIR"
     # pip's own cache keys a built wheel by its source, not by the torch it
     # was compiled against: builds are kept per torch build here instead.
-    if ls "$WHEELS"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
+    if ls "$WHEELS"/mmcv-"$MMCV_VERSION"-*.whl >/dev/null 2>&1; then
       say "reusing the mmcv wheel built earlier for this torch ($WHEELS)"
-      "${PIPC[@]}" --no-deps --force-reinstall "$WHEELS"/mmcv-2.1.0-*.whl
+      "${PIPC[@]}" --no-deps --force-reinstall "$WHEELS"/mmcv-"$MMCV_VERSION"-*.whl
       if ! WHY="$("$PY" -c "$MMCV_OK" 2>&1)"; then
         say "that wheel does not work with this torch (${WHY##*$'\n'}): building again"
-        rm -f "$WHEELS"/mmcv-2.1.0-*.whl
+        rm -f "$WHEELS"/mmcv-"$MMCV_VERSION"-*.whl
       fi
     fi
-    if ! ls "$WHEELS"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
+    if ! ls "$WHEELS"/mmcv-"$MMCV_VERSION"-*.whl >/dev/null 2>&1; then
       if [ "${PLAN_MMCV_BUILD:-ok}" != ok ]; then
         say "$PLAN_MMCV_BUILD"
         exit 1
@@ -132,7 +145,7 @@ else
       mkdir -p "$WHEELS"
       MMCV_WITH_OPS=1 MAX_JOBS="$JOBS" "${PIP[@]}" wheel -c "$CONSTRAINTS" --no-deps \
         --no-build-isolation --no-cache-dir -w "$WHEELS" "$MMCV_REQ"
-      "${PIPC[@]}" --no-deps --force-reinstall "$WHEELS"/mmcv-2.1.0-*.whl
+      "${PIPC[@]}" --no-deps --force-reinstall "$WHEELS"/mmcv-"$MMCV_VERSION"-*.whl
     fi
   fi
   "$PY" -c "$MMCV_OK"
@@ -140,7 +153,7 @@ fi
 
 # 4. The OpenMMLab detection stack, TensorBoard and test tools.
 say "installing mmengine, mmdet, tensorboard, test tools"
-"${PIPC[@]}" "mmengine==0.10.7" "mmdet==3.3.0" tensorboard pytest pytest-timeout pytest-xdist psutil
+"${PIPC[@]}" "$PLAN_MMENGINE_REQ" "$PLAN_MMDET_REQ" tensorboard pytest pytest-timeout pytest-xdist psutil
 
 # 5. mmsafe itself, editable; its requirements are all present by now.
 "${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT"

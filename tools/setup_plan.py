@@ -4,6 +4,8 @@ Both set-up scripts ask this file, so that they choose alike. It needs only
 the standard library (it runs before torch is installed) and prints
 ``KEY=VALUE`` lines that the scripts read::
 
+    python tools/setup_plan.py stack    # MMCV_VERSION, MMENGINE_REQ,
+                                        # MMDET_REQ, STACK
     python tools/setup_plan.py torch    # TORCH_REQ, TORCH_INDEX, NOTE
     python tools/setup_plan.py mmcv     # MMCV_INDEX, MMCV_WHEEL_DIR, NOTE
     python tools/setup_plan.py numpy-pin  # the constraints this torch's
@@ -16,8 +18,21 @@ The default stack is the one for which OpenMMLab publishes prebuilt mmcv
 the CPU build otherwise. Python 3.12 and newer have no torch 2.1 wheel; the
 oldest torch that has one is taken instead, and mmcv is built from source.
 
+Three named stacks (``MMSAFE_STACK``) span what mmsafe supports:
+
+    default  torch 2.1.2, mmcv 2.1.0, mmengine 0.10.7, mmdet 3.3.0 (above)
+    oldest   torch 2.0.1, mmcv 2.0.1, mmengine 0.7.4, mmdet 3.0.0: what
+             RGB-T projects on MMDetection 3.0/3.1 run (OpenMMLab's
+             prebuilt mmcv 2.0.1 wheels stop at torch 2.0)
+    newest   the newest torch that mmcv 2.1.0 builds against here, mmcv
+             2.1.0, mmengine 0.10.7, mmdet 3.3.0
+
 Variables (all optional):
+    MMSAFE_STACK         ``default`` (if unset), ``oldest`` or ``newest``
     MMSAFE_TORCH         torch requirement (then no default is applied)
+    MMSAFE_MMCV          mmcv version (e.g. ``2.0.1``), MMSAFE_MMENGINE and
+    MMSAFE_MMDET         pip requirements of mmengine and mmdet: each
+                         replaces the stack's choice
     MMSAFE_TORCH_INDEX   extra index for torch; ``none``: PyPI only
     MMSAFE_MMCV_INDEX    find-links URL of prebuilt mmcv wheels; ``none``:
                          build from source
@@ -35,6 +50,15 @@ import urllib.request
 
 DEFAULT_TORCH = '2.1.2'
 MMCV_VERSION = '2.1.0'
+#: each named stack: torch (None: the default's rule), mmcv, mmengine, mmdet
+STACKS = {
+    'default': (None, MMCV_VERSION, 'mmengine==0.10.7', 'mmdet==3.3.0'),
+    'oldest': ('torch==2.0.1', '2.0.1', 'mmengine==0.7.4', 'mmdet==3.0.0'),
+    'newest': ('torch==2.13.0', MMCV_VERSION, 'mmengine==0.10.7',
+               'mmdet==3.3.0'),
+}
+#: the C++ standard each mmcv release compiles its ops with (newer: 17)
+MMCV_CXX = {'2.0': 14}
 #: the oldest torch release with a wheel for Python versions newer than the
 #: default's (torch 2.1 has wheels for Python 3.8-3.11)
 OLDEST_TORCH_FOR_PYTHON = {(3, 12): '2.2.2', (3, 13): '2.5.1',
@@ -94,14 +118,40 @@ def default_torch(version=None):
                     'use Python 3.8-3.11 for the prebuilt stack')
 
 
+def stack_name(env=None) -> str:
+    """The chosen stack (``MMSAFE_STACK``, default ``default``).
+
+    Raises:
+        SystemExit: an unknown stack name (the message lists the known).
+    """
+    env = os.environ if env is None else env
+    name = env.get('MMSAFE_STACK', '') or 'default'
+    if name not in STACKS:
+        raise SystemExit(f'MMSAFE_STACK={name!r} is not a stack: choose one '
+                         f'of {", ".join(sorted(STACKS))}')
+    return name
+
+
+def plan_stack(env=None):
+    """mmcv's version and the mmengine and mmdet requirements of the chosen
+    stack, each replaced by its variable when set."""
+    env = os.environ if env is None else env
+    name = stack_name(env)
+    _, mmcv, mmengine, mmdet = STACKS[name]
+    return dict(STACK=name, MMCV_VERSION=env.get('MMSAFE_MMCV') or mmcv,
+                MMENGINE_REQ=env.get('MMSAFE_MMENGINE') or mmengine,
+                MMDET_REQ=env.get('MMSAFE_MMDET') or mmdet)
+
+
 def plan_torch(env=None, probe=None, gpu=None):
     """The torch requirement, its extra index and a note for the user."""
     env = os.environ if env is None else env
     probe = probe or reachable
     gpu = gpu or (lambda: gpu_present(env))
     index = env.get('MMSAFE_TORCH_INDEX', '')
-    if env.get('MMSAFE_TORCH'):
-        return dict(TORCH_REQ=env['MMSAFE_TORCH'],
+    stack_torch = STACKS[stack_name(env)][0]
+    if env.get('MMSAFE_TORCH') or stack_torch:
+        return dict(TORCH_REQ=env.get('MMSAFE_TORCH') or stack_torch,
                     TORCH_INDEX='' if index == 'none' else index, NOTE='')
     version, note = default_torch()
     req = f'torch=={version}' if version else 'torch'
@@ -143,9 +193,10 @@ def mmcv_build_key(torch_version: str, cuda_ops: bool, py=None) -> str:
 
 
 def aten_cxx_standard(torch_dir: str):
-    """The C++ standard that torch's ATen headers demand (17, 20, ...), or
-    None when they say nothing: mmcv 2.1.0 compiles its ops with
-    ``-std=c++17``, so a torch whose headers need C++20 cannot build it."""
+    """The C++ standard that torch's ATen headers demand (14, 17, 20 ...),
+    or None when they say nothing: mmcv 2.1.0 compiles its ops with
+    ``-std=c++17`` and mmcv 2.0.x with ``-std=c++14``, so a torch whose
+    headers need a newer standard cannot build that mmcv."""
     import re
     header = osp.join(torch_dir, 'include', 'ATen', 'ATen.h')
     try:
@@ -166,31 +217,36 @@ def plan_mmcv(env=None, probe=None):
     import torch
     env = os.environ if env is None else env
     probe = probe or reachable
+    version = plan_stack(env)['MMCV_VERSION']
     cuda = torch.version.cuda
     tag = 'cu' + cuda.replace('.', '') if cuda else 'cpu'
     major_minor = '.'.join(torch.__version__.split('+')[0].split('.')[:2])
     cuda_ops = bool(torch.cuda.is_available()
                     or env.get('FORCE_CUDA', '') == '1')
-    wheel_dir = osp.join(cache_root(env), 'wheels', f'mmcv-{MMCV_VERSION}',
+    wheel_dir = osp.join(cache_root(env), 'wheels', f'mmcv-{version}',
                          mmcv_build_key(torch.__version__, cuda_ops))
     index = env.get('MMSAFE_MMCV_INDEX', '')
     note = ''
     if not index:
         index = MMCV_INDEX.format(tag=tag, mm=major_minor)
         if not probe(index):
-            note = (f'no prebuilt mmcv {MMCV_VERSION} for torch '
+            note = (f'no prebuilt mmcv {version} for torch '
                     f'{torch.__version__} at {index} (OpenMMLab publishes '
-                    'them for torch 2.1 and older), or it is not reachable')
+                    'mmcv 2.1.0 for torch 2.1 and older, 2.0.1 for torch '
+                    '2.0 and older), or it is not reachable')
             index = 'none'
     where = getattr(torch, '__file__', None)
     standard = aten_cxx_standard(osp.dirname(where)) if where else None
     build = 'ok'
-    if standard and standard > 17:
+    compiles = MMCV_CXX.get('.'.join(version.split('.')[:2]), 17)
+    if standard and standard > compiles:
+        newest = 'torch 2.0' if compiles == 14 else 'torch 2.14'
         build = (f'torch {torch.__version__} needs C++{standard} for '
-                 f'extensions and mmcv {MMCV_VERSION} compiles its ops as '
-                 'C++17: mmcv cannot be built for this torch. Use torch 2.14 '
-                 'or older (MMSAFE_TORCH=torch==2.1.2, the default), or a '
-                 'prebuilt mmcv wheel (MMSAFE_MMCV_INDEX)')
+                 f'extensions and mmcv {version} compiles its ops as '
+                 f'C++{compiles}: mmcv cannot be built for this torch. Use '
+                 f'{newest} or older (MMSAFE_TORCH=torch==2.1.2, the '
+                 'default, with mmcv 2.1.0), or a prebuilt mmcv wheel '
+                 '(MMSAFE_MMCV_INDEX)')
     return dict(MMCV_INDEX=index, MMCV_WHEEL_DIR=wheel_dir, NOTE=note,
                 MMCV_BUILD=build)
 
@@ -244,7 +300,9 @@ def numpy_usable() -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     what = argv[0] if argv else ''
-    if what == 'torch':
+    if what == 'stack':
+        plan = plan_stack()
+    elif what == 'torch':
         plan = plan_torch()
     elif what == 'mmcv':
         plan = plan_mmcv()

@@ -5,7 +5,7 @@ from typing import Dict, List, Optional, Tuple
 
 from mmengine.fileio import exists, list_dir_or_file, list_from_file
 
-from mmdet.registry import DATASETS
+from mmsafe.registry import DATASETS
 from mmsafe.errors import MMSafeFileNotFoundError
 from .llvip import LLVIPDataset
 

@@ -9,7 +9,7 @@ import mmcv
 from mmengine.fileio import exists, get, list_from_file
 
 from mmdet.datasets import BaseDetDataset
-from mmdet.registry import DATASETS
+from mmsafe.registry import DATASETS, builds_in_mmsafe_scope
 from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log
 from .annotation_reader import MalformedAnnotationError
@@ -145,6 +145,7 @@ class KAISTDataset(BaseDetDataset):
 
     METAINFO = dict(classes=('person', ), palette=[(220, 20, 60)])
 
+    @builds_in_mmsafe_scope
     def __init__(self,
                  *args,
                  data_prefix: Optional[Dict[str, str]] = None,

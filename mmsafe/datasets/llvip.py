@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from mmengine.fileio import exists, get, list_dir_or_file, list_from_file
 
 from mmdet.datasets import BaseDetDataset
-from mmdet.registry import DATASETS
+from mmsafe.registry import DATASETS, builds_in_mmsafe_scope
 from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log
 from .annotation_reader import MalformedAnnotationError, parse_xml
@@ -132,6 +132,7 @@ class LLVIPDataset(BaseDetDataset):
     #: how the release writes its annotation files, for messages
     ANNOTATION_FORMAT = "LLVIP's xml (PASCAL VOC format)"
 
+    @builds_in_mmsafe_scope
     def __init__(self,
                  *args,
                  data_prefix: Optional[Dict[str, str]] = None,

@@ -1,7 +1,7 @@
 """M3FD (TarDAL's multi-scenario multi-modality detection set)."""
 from typing import Dict, Optional
 
-from mmdet.registry import DATASETS
+from mmsafe.registry import DATASETS
 from .llvip import LLVIPDataset
 
 M3FD_PREFIX = dict(img='Vis/', ir_img='Ir/', ann='Annotation/')

@@ -11,7 +11,7 @@ import numpy as np
 from mmengine.dataset import BaseDataset, Compose
 from mmengine.fileio import exists, get_local_path
 
-from mmdet.registry import DATASETS
+from mmsafe.registry import DATASETS, builds_in_mmsafe_scope
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from .transforms.compose import assert_paired_pipeline, paired_pipeline
 from .pairing import (MissingPair, check_missing_pair_policy,
@@ -138,6 +138,7 @@ class PairedModalityDataset:
             training, as :class:`mmengine.dataset.BaseDataset`.
     """
 
+    @builds_in_mmsafe_scope
     def __init__(self,
                  dataset: Union[dict, BaseDataset],
                  partner: Dict[str, Any],

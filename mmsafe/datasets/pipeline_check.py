@@ -43,11 +43,8 @@ def _dataset_class(node: Any) -> Optional[type]:
         return typ
     if not isinstance(typ, str):
         return None
-    from mmdet.registry import DATASETS
-    try:
-        return DATASETS.get(typ)
-    except KeyError:
-        return None
+    from mmsafe.registry import DATASETS, resolve
+    return resolve(DATASETS, typ)
 
 
 def _is_paired_dataset(node: Any) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from mmengine.dataset import BaseDataset
 
-from mmdet.registry import DATASETS
+from mmsafe.registry import DATASETS, builds_in_mmsafe_scope
 from mmsafe.errors import MMSafeRuntimeError, MMSafeTypeError, MMSafeValueError
 from mmsafe.events import log
 
@@ -54,6 +54,7 @@ class ValidInstanceResampleDataset:
         lazy_init (bool): defer the inner dataset's ``full_init``.
     """
 
+    @builds_in_mmsafe_scope
     def __init__(self,
                  dataset: Union[dict, BaseDataset],
                  max_tries: int = 10,

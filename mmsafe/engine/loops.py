@@ -33,7 +33,7 @@ the loop; :func:`replace_loop_loader` sets them and changes no method.
 """
 from typing import Any, Callable, Iterator, List, Optional
 
-from mmdet.registry import LOOPS
+from mmsafe.registry import LOOPS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from torch.utils.data import DataLoader
 

@@ -4,7 +4,7 @@ data samples, as for MMDetection's ``VOCMetric``."""
 from typing import List, Sequence
 
 from mmdet.evaluation import CocoMetric
-from mmdet.registry import METRICS
+from mmsafe.registry import METRICS
 from mmsafe.errors import MMSafeValueError
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from mmengine.evaluator import BaseMetric
 from mmengine.logging import MMLogger
 
-from mmdet.registry import METRICS
+from mmsafe.registry import METRICS
 from mmsafe.errors import MMSafeKeyError
 from .kaist_det_files import write_combined
 from .kaist_protocol import (CONDITIONS, condition_of, get_setting,

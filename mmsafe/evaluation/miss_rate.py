@@ -25,7 +25,7 @@ import numpy as np
 from mmengine.evaluator import BaseMetric
 from mmengine.logging import MMLogger
 
-from mmdet.registry import METRICS
+from mmsafe.registry import METRICS
 
 #: the nine FPPI reference points of MR^-2
 FPPI_REFS = np.logspace(-2.0, 0.0, 9)

@@ -3,7 +3,10 @@
 # train/grad_norm, train/lr, val/pascal_voc/mAP, ...).
 # custom_imports (mmsafe) is set by the leaf configs: the safety runtime
 # fragment sets it too, and two bases may not share a key.
-default_scope = 'mmdet'
+# mmsafe's scope: plain type names find mmsafe's classes first (the dataset,
+# transforms and model), then MMDetection's and MMEngine's. A project that
+# registers its own classes of the same names reaches them as mmdet.<Name>.
+default_scope = 'mmsafe'
 
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),

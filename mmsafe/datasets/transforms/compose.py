@@ -9,6 +9,7 @@ from mmcv.transforms import Resize as MMCV_Resize
 from mmengine.dataset import Compose
 
 from mmsafe.errors import MMSafeError, MMSafeValueError
+from mmsafe.registry import builds_in_mmsafe_scope
 from .geometry_record import (BOTH, INFRARED, LOG_KEY, VISIBLE,
                               describe_log, flipped_copy, is_pair_aware,
                               log_step, record_step, same_geometry,
@@ -50,6 +51,7 @@ class PairedCompose(Compose):
         owner (str): the dataset, named in the errors.
     """
 
+    @builds_in_mmsafe_scope
     def __init__(self,
                  transforms: Optional[Sequence[Union[dict, Callable]]],
                  owner: str = 'paired pipeline') -> None:

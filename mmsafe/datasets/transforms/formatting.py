@@ -3,7 +3,7 @@ import numpy as np
 import torch
 
 from mmdet.datasets.transforms import PackDetInputs
-from mmdet.registry import TRANSFORMS
+from mmsafe.registry import TRANSFORMS
 from mmsafe.errors import MMSafeKeyError, MMSafeValueError
 from .geometry_record import divergence
 from .same_size import chw_tensor

@@ -5,7 +5,7 @@ import os
 
 from mmcv.transforms import BaseTransform
 
-from mmdet.registry import TRANSFORMS
+from mmsafe.registry import TRANSFORMS
 from mmsafe.datasets.loader.allocator import (check_thresholds,
                                               keep_freed_memory, unavailable)
 from mmsafe.events import log_once

@@ -8,7 +8,7 @@ import numpy as np
 from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
-from mmdet.registry import TRANSFORMS
+from mmsafe.registry import TRANSFORMS
 from mmsafe.errors import MMSafeKeyError, MMSafeOSError, MMSafeValueError
 from mmsafe.events import log
 from .geometry_record import BOTH, INFRARED_KEY, VISIBLE_KEY, log_step

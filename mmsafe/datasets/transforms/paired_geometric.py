@@ -42,7 +42,7 @@ from mmcv.transforms import RandomResize as MMCV_RandomResize
 
 from mmdet.datasets.transforms import (FixShapeResize, Pad, RandomCrop,
                                        RandomFlip, Resize)
-from mmdet.registry import TRANSFORMS
+from mmsafe.registry import TRANSFORMS, builds_in_mmsafe_scope
 from mmsafe.errors import (MMSafeAttributeError, MMSafeKeyError,
                            MMSafeRuntimeError)
 from .geometry_record import record_step, visible_geometry
@@ -249,6 +249,7 @@ class PairedGeometric(BaseTransform):
 
     pair_aware = True
 
+    @builds_in_mmsafe_scope
     def __init__(self, transform) -> None:
         self.transform_cfg = copy.deepcopy(transform)
         self.inner = TRANSFORMS.build(transform) if isinstance(

@@ -101,12 +101,10 @@ def resolve_transform(transform: Any) -> Tuple[Optional[type], str]:
             return typ, typ.__name__
         if not isinstance(typ, str):
             return None, str(typ)
-        from mmdet.registry import TRANSFORMS
-        try:
-            cls = TRANSFORMS.get(typ)
-        except KeyError:  # an unknown scope prefix: the registry check says
-            cls = None
-        return cls, typ.split('.')[-1]
+        from mmsafe.registry import TRANSFORMS, resolve
+        # as a build in the current default scope would (an unknown scope
+        # prefix gives None: the registry check says)
+        return resolve(TRANSFORMS, typ), typ.split('.')[-1]
     if callable(transform):
         return type(transform), type(transform).__name__
     return None, repr(transform)

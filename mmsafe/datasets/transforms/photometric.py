@@ -5,7 +5,7 @@ from typing import Optional
 import numpy as np
 from mmcv.transforms import BaseTransform
 
-from mmdet.registry import TRANSFORMS
+from mmsafe.registry import TRANSFORMS, builds_in_mmsafe_scope
 from mmsafe.errors import MMSafeKeyError, MMSafeRuntimeError, MMSafeValueError
 from .geometry_record import flipped_copy, homography, same_geometry
 from .pairing_rules import check_modality_inner
@@ -45,6 +45,7 @@ class ModalityTransform(BaseTransform):
 
     pair_aware = True
 
+    @builds_in_mmsafe_scope
     def __init__(self, modality: str, transform,
                  restore_dtype: bool = True) -> None:
         if modality not in MODALITIES:

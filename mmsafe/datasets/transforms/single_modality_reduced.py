@@ -8,7 +8,7 @@ from mmcv.transforms import LoadImageFromFile
 from mmengine import fileio
 
 from mmdet.datasets.transforms import Resize
-from mmdet.registry import TRANSFORMS
+from mmsafe.registry import TRANSFORMS
 from mmsafe.errors import MMSafeOSError, MMSafeValueError
 from .geometry_record import VISIBLE_KEY, log_step
 from .reduced_jpeg_decode import (DECODE_KEY, check_reduced_decode_cfg,

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from mmengine.hooks import Hook
 from torch.utils.data import DataLoader
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.datasets.loader import (DEFAULT_PREFETCH, PICKLING_START_METHODS,
                                     budget_bytes, diagnose_loader,
                                     inflight_bytes, local_processes,

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.dist import (all_reduce_sum, get_rank,
                          get_world_size, is_distributed)
 from mmsafe.engine.monitor_sync import monitor_sync_of

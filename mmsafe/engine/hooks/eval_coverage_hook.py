@@ -5,7 +5,7 @@ from typing import Dict, List, Optional
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress

@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 import torch
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.engine.first_batch_stats import (PairAlignment, analyse_batch,
                                              visualize_pairs)
 from mmsafe.engine.utils import unwrap_model

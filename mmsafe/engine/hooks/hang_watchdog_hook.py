@@ -3,7 +3,7 @@ from typing import Optional
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter,

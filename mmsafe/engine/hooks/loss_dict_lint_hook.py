@@ -5,7 +5,7 @@ from typing import List, Optional
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 
 from mmsafe.dist import get_rank
 from mmsafe.engine.loss_dict_lint.lint import lint_loss_dict

@@ -5,7 +5,7 @@ from typing import Optional
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.dist import get_world_size
 from mmsafe.engine.macl_check.signals import (PROBLEMS, HeadReach,
                                               LossLiveness, WindowMean,

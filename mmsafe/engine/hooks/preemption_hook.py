@@ -7,7 +7,7 @@ import threading
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmengine.hooks import Hook
 
 from mmsafe.checkpoint import atomic_write

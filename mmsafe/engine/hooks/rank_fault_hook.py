@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.compat import ddp_reduction_check
 from mmsafe.dist import get_rank, get_world_size, is_distributed
 from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,

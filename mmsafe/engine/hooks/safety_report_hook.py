@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 
 from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, get_world_size

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 
 from mmsafe.dist import (all_gather_object, all_reduce_sum,
                          get_rank)

@@ -4,7 +4,7 @@ from typing import Optional
 
 from mmengine.hooks import ParamSchedulerHook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.guard_outputs import Counter, GuardOutputs, Section
 from mmsafe.events import log, update_counters
 

@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 from mmengine.hooks import Hook
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
                                                      RESAMPLED_FROM,
                                                      RESAMPLED_FROM_PATH)

@@ -5,7 +5,7 @@ from typing import List, Optional, Union
 import torch
 import torch.nn as nn
 
-from mmdet.registry import OPTIM_WRAPPERS
+from mmsafe.registry import OPTIM_WRAPPERS
 from mmsafe.compat import autocast_dtype, cpu_autocast_dtypes, grad_scaler
 from mmsafe.errors import MMSafeRuntimeError, MMSafeTypeError, MMSafeValueError
 from .cpu_autocast_errors import cpu_autocast_op_message, mmcv_op_frame

@@ -39,7 +39,7 @@ import torch.nn as nn
 from mmengine.optim import OptimWrapper
 from torch.optim import Optimizer
 
-from mmdet.registry import OPTIM_WRAPPERS
+from mmsafe.registry import OPTIM_WRAPPERS
 from mmsafe.dist import current_iter
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeValueError

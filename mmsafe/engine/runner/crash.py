@@ -28,7 +28,7 @@ import contextlib
 import logging
 from typing import Iterator, Optional
 
-from mmdet.registry import HOOKS
+from mmsafe.registry import HOOKS
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE, RankChannel,
                                         failed_party, failure_place)

@@ -15,7 +15,7 @@ import inspect
 from typing import Dict, Optional
 
 import torch.nn as nn
-from mmengine.registry import MODEL_WRAPPERS, RUNNERS
+from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner
 
 from mmsafe.checkpoint import register_checkpoint_schemes
@@ -24,6 +24,8 @@ from mmsafe.engine.optimizers.nan_skip_optim_wrapper import (
     bind_work_dirs, use_run_spike_skip)
 from mmsafe.engine.run_context import RunContext, run_context
 from mmsafe.guard_outputs import Event, GuardOutputs, Section
+from mmsafe.registry import RUNNERS
+from mmsafe.registry_help import announce_scope
 from .checkpoints import (RunCheckpoints, atomic_save_args,
                           with_atomic_checkpoint_hook)
 from .config_text import formatted_once
@@ -100,6 +102,7 @@ class SafeRunner(Runner):
         del arguments['self']
         arguments['cfg'] = formatted_once(arguments['cfg'])
         super().__init__(**arguments)
+        announce_scope()  # names a project registered after mmsafe's import
         run_context(self).events.bind(self.work_dir)
         self._crash.open_rank_channel()
 

@@ -11,7 +11,7 @@ from mmengine.utils import is_seq_of
 from torch import Tensor
 
 from mmdet.models.utils.misc import samplelist_boxtype2tensor
-from mmdet.registry import MODELS
+from mmsafe.registry import MODELS, builds_in_mmsafe_scope
 from mmsafe.errors import (MMSafeKeyError, MMSafeRuntimeError, MMSafeTypeError,
                            MMSafeValueError)
 
@@ -73,6 +73,7 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
             number of channels, is refused with an error.
     """
 
+    @builds_in_mmsafe_scope
     def __init__(self,
                  visible: Optional[dict] = None,
                  infrared: Optional[dict] = None,

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from mmdet.models.detectors import TwoStageDetector
-from mmdet.registry import MODELS
+from mmsafe.registry import MODELS, builds_in_mmsafe_scope
 from mmdet.structures import SampleList
 from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
 
@@ -70,6 +70,7 @@ class DualStreamFasterRCNN(TwoStageDetector):
             into a model with either setting. Defaults to False.
     """
 
+    @builds_in_mmsafe_scope
     def __init__(self,
                  backbone: ConfigType,
                  neck: OptConfigType = None,

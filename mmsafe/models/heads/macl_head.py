@@ -10,7 +10,7 @@ from mmengine.dist import get_rank, get_world_size
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmdet.registry import MODELS
+from mmsafe.registry import MODELS
 from mmdet.utils import OptMultiConfig
 
 from mmsafe.errors import MMSafeValueError

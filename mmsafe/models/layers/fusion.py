@@ -8,7 +8,7 @@ import torch.nn as nn
 from mmengine.model import BaseModule, ModuleList
 from torch import Tensor
 
-from mmdet.registry import MODELS
+from mmsafe.registry import MODELS
 from mmdet.utils import ConfigType, OptConfigType, OptMultiConfig
 from mmsafe.errors import MMSafeValueError
 

@@ -26,12 +26,12 @@ def _pair_policy_holders(ds_cfg,
     """The (possibly nested) dataset configs whose type takes ``policy``
     (``on_missing_pair``, ``on_malformed_annotation``)."""
     import inspect
-    from mmdet.registry import DATASETS
+    from mmsafe.registry import DATASETS, resolve
     holders = []
     for _, node in config_nodes(ds_cfg):
         cls = node.get('type')
         if isinstance(cls, str):
-            cls = DATASETS.get(cls)
+            cls = resolve(DATASETS, cls)
         for klass in getattr(cls, '__mro__', ()):  # subclasses: **kwargs
             try:
                 params = inspect.signature(klass.__init__).parameters
