@@ -182,7 +182,8 @@ def _user_config(work: str) -> str:
                 sampler=dict(type='InfiniteSampler', shuffle=True),
                 batch_sampler=None,
                 dataset=dict(
-                    _delete_=True, type='LLVIPDataset', data_root=data_root,
+                    _delete_=True, type='mmsafe.LLVIPDataset',
+                    data_root=data_root,
                     return_modality_pair=False,
                     synthetic=dict(num_train=12, num_test=4,
                                    img_size=(160, 128), seed=0),
@@ -227,3 +228,50 @@ def test_installed_tools_run_configs_named_by_scope(user_env):
                 'train_dataloader.dataset.synthetic.num_train=8'],
                cwd=work, env=env)
     assert 'check_dataset: OK' in out, out[-3000:]
+
+
+def test_pure_python_config_trains_the_demo_in_a_project(user_env):
+    """A pure-Python config reads mmsafe's demo recipe (and with it the
+    safety fragment) by module path, in a project that registered the
+    field's common names before mmsafe was imported (a fork's ``import
+    mmdet``)."""
+    from mmengine import config as mmengine_config
+    if not hasattr(mmengine_config, 'read_base'):
+        pytest.skip('this MMEngine has no pure-Python configs (0.8+)')
+    from tests.test_user_project import ANNOUNCE, PROJECT, PROJECT_SOURCE
+    work, env = user_env['work'], user_env['env']
+    with open(osp.join(work, f'{PROJECT}.py'), 'w') as f:
+        f.write(PROJECT_SOURCE)
+    config = osp.join(work, 'pure_demo.py')
+    with open(config, 'w') as f:
+        f.write(textwrap.dedent("""
+            from mmengine.config import read_base
+
+            with read_base():
+                from mmsafe.configs.llvip.demo_cpu import *  # noqa
+
+            data_root = 'data/pure_demo/'
+            synthetic = dict(num_train=8, num_test=4, img_size=(96, 80),
+                             seed=0, max_people=3, empty_ratio=0.25,
+                             person_height=(20, 60))
+            train_dataloader.dataset.update(data_root=data_root,
+                                            synthetic=synthetic)
+            val_dataloader.dataset.update(data_root=data_root,
+                                          synthetic=synthetic)
+            test_dataloader = val_dataloader
+            train_cfg.update(max_epochs=1, val_interval=1)
+            # without the MACL check (2 iterations are no MACL training)
+            custom_hooks = custom_hooks[:5] + custom_hooks[6:]
+        """))
+    launch = textwrap.dedent(f"""
+        import runpy, sys
+        import {PROJECT}  # the project's names first
+        sys.argv = ['train', {config!r}, '--work-dir', 'work_dirs/pure']
+        runpy.run_module('mmsafe.tools.train', run_name='__main__')
+        """)
+    out = _run([user_env['python'], '-c', launch], cwd=work, env=env)
+    assert out.count(ANNOUNCE) == 1, out[-3000:]
+    assert 'pascal_voc/mAP' in out, out[-3000:]
+    report = osp.join(work, 'work_dirs', 'pure', 'safety_report.json')
+    with open(report) as f:
+        assert '"status": "finished"' in f.read()
