@@ -12,6 +12,15 @@ with the dataset). Every pixel counts once, so images of different sizes
 are weighted by their area. The standard deviation is the population one
 (``numpy.std``).
 
+Each modality's bit depth (from each file's header, as the loader reads
+it) and value range (the smallest and largest stored value of its files)
+are reported too. A file of more than 8 bits per channel is read with its
+full depth and, when the loading transform has a ``high_depth`` rule,
+mapped by it (:mod:`mmsafe.datasets.transforms.bit_depth`), so the mean
+and std are those the preprocessor receives; without a rule the loader
+refuses such files, and the statistics are of the raw counts, with the
+range a ``high_depth=dict(rule='fixed', low=..., high=...)`` keeps.
+
 The result is printed as the lines of ``PairedDetDataPreprocessor``. Its
 ``mean`` and ``std`` apply after the optional BGR -> RGB swap, so with
 ``bgr_to_rgb=True`` the channels are given in RGB order.
@@ -38,8 +47,10 @@ def loading_settings(dataset_cfg: dict) -> dict:
 
     Returns:
         dict: ``visible`` and ``infrared`` decode flags, ``imdecode_backend``,
-        ``backend_args`` and ``reduced_decode`` (normalised, or None).
+        ``backend_args``, ``reduced_decode`` and ``high_depth``
+        (normalised, or None).
     """
+    from mmsafe.datasets.transforms.bit_depth import check_high_depth_cfg
     from mmsafe.datasets.transforms.reduced_jpeg_decode import \
         check_reduced_decode_cfg
     # the first pipeline, outermost first: it may sit on a wrapper
@@ -56,7 +67,9 @@ def loading_settings(dataset_cfg: dict) -> dict:
         backend_args=load.get('backend_args', None),
         reduced_decode=check_reduced_decode_cfg(
             load.get('reduced_decode', None), 'dataset_stats', flags,
-            backend))
+            backend),
+        high_depth=check_high_depth_cfg(load.get('high_depth', None),
+                                        'dataset_stats'))
 
 
 class PairSumsDataset(Dataset):
@@ -75,15 +88,38 @@ class PairSumsDataset(Dataset):
         return len(self.pairs)
 
     def _sums(self, path: str, img_bytes: bytes, flag: str,
-              reduction: int) -> tuple:
+              reduction: int) -> dict:
+        """Pixel count, per-channel sum and sum of squares of one image as
+        loaded; its bit depth and stored range."""
+        from mmsafe.datasets.transforms.bit_depth import (file_bit_depth,
+                                                          normalise,
+                                                          read_high_depth)
         from mmsafe.datasets.transforms.reduced_jpeg_decode import decode
-        img, _ = decode(img_bytes, flag, reduction, 'dataset_stats', path,
-                        self.settings['imdecode_backend'])
+        bits = file_bit_depth(img_bytes)
+        if bits > 8:
+            img = read_high_depth(img_bytes, flag)
+        else:
+            img, _ = decode(img_bytes, flag, reduction, 'dataset_stats',
+                            path, self.settings['imdecode_backend'])
         if img is None:
             raise MMSafeOSError(f'dataset_stats: cannot decode {path}')
+        low, high = float(img.min()), float(img.max())
+        rule = self.settings.get('high_depth')
+        if bits > 8 and rule is None and flag.startswith('unchanged'):
+            rule = dict(rule='raw')
+        refused = bits > 8 and rule is None
+        if bits > 8 and rule is not None:
+            img = normalise(img, rule)[0]
+        if bits > 8 and img.ndim == 2 and flag.startswith('color'):
+            # a grey file, 3 channels as the loader gives them
+            img = np.repeat(img[..., None], 3, axis=2)
         pixels = img.reshape(-1, 1 if img.ndim == 2 else img.shape[2])
-        pixels = pixels.astype(np.int64)
-        return (pixels.shape[0], pixels.sum(0), (pixels * pixels).sum(0))
+        # integers sum exactly; mapped (float) values in float64
+        pixels = pixels.astype(np.float64 if img.dtype.kind == 'f' else
+                               np.int64)
+        return dict(count=pixels.shape[0], sum=pixels.sum(0),
+                    sumsq=(pixels * pixels).sum(0), bits=bits, min=low,
+                    max=high, refused=refused)
 
     def __getitem__(self, idx: int) -> dict:
         from mmengine import fileio
@@ -132,8 +168,11 @@ def compute_stats(pairs: Sequence[tuple], settings: dict, workers: int = 2,
 
     Returns:
         dict: per modality ``mean``, ``std`` (lists, channels as loaded,
-        i.e. BGR for colour images), ``pixels`` and ``channels``; plus
-        ``pairs`` and ``seconds``.
+        i.e. BGR for colour images), ``pixels``, ``channels``, ``bits``
+        (the bit depths of its files), ``range`` (their smallest and
+        largest stored value) and ``refused`` (files of more than 8 bits
+        the loader refuses without a ``high_depth`` rule); plus ``pairs``
+        and ``seconds``.
     """
     loader = DataLoader(
         PairSumsDataset(pairs, settings), batch_size=None, shuffle=False,
@@ -148,16 +187,25 @@ def compute_stats(pairs: Sequence[tuple], settings: dict, workers: int = 2,
     start = time.perf_counter()
     for item in loader:
         for m in MODALITIES:
-            count, s, q = item[m]
+            part = item[m]
             if totals[m] is None:
-                totals[m] = [0, np.zeros_like(s), np.zeros_like(q)]
-            elif len(s) != len(totals[m][1]):
+                totals[m] = dict(count=0, sum=np.zeros_like(part['sum']),
+                                 sumsq=np.zeros_like(part['sumsq']),
+                                 bits=set(), min=part['min'],
+                                 max=part['max'], refused=0)
+            elif len(part['sum']) != len(totals[m]['sum']):
                 raise MMSafeValueError(
-                    f'dataset_stats: {m} images have {len(totals[m][1])} and '
-                    f'{len(s)} channels; one loading flag must fit them all')
-            totals[m][0] += count
-            totals[m][1] += s
-            totals[m][2] += q
+                    f'dataset_stats: {m} images have '
+                    f"{len(totals[m]['sum'])} and {len(part['sum'])} "
+                    'channels; one loading flag must fit them all')
+            total = totals[m]
+            total['count'] += part['count']
+            total['sum'] = total['sum'] + part['sum']
+            total['sumsq'] = total['sumsq'] + part['sumsq']
+            total['bits'].add(part['bits'])
+            total['min'] = min(total['min'], part['min'])
+            total['max'] = max(total['max'], part['max'])
+            total['refused'] += int(part['refused'])
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -166,11 +214,15 @@ def compute_stats(pairs: Sequence[tuple], settings: dict, workers: int = 2,
         raise MMSafeValueError('dataset_stats: the dataset has no samples')
     result: Dict[str, dict] = {}
     for m in MODALITIES:
-        count, s, q = totals[m]
-        mean = s / count
-        var = np.maximum(q / count - mean * mean, 0.0)
+        total = totals[m]
+        count = total['count']
+        mean = total['sum'] / count
+        var = np.maximum(total['sumsq'] / count - mean * mean, 0.0)
         result[m] = dict(mean=mean.tolist(), std=np.sqrt(var).tolist(),
-                         pixels=int(count), channels=len(mean))
+                         pixels=int(count), channels=len(mean),
+                         bits=sorted(total['bits']),
+                         range=[total['min'], total['max']],
+                         refused=total['refused'])
     result['pairs'] = len(pairs)
     result['seconds'] = time.perf_counter() - start
     return result
@@ -253,8 +305,20 @@ def format_stats(stats: dict) -> str:
         order = 'BGR' if s['channels'] == 3 else 'grey'
         mean = ', '.join(f'{v:.3f}' for v in s['mean'])
         std = ', '.join(f'{v:.3f}' for v in s['std'])
-        lines.append(f'  {m:<8} ({order} as loaded, {s["pixels"]} px): '
+        bits = '/'.join(str(b) for b in s.get('bits', [8]))
+        low, high = s.get('range', (None, None))
+        lines.append(f'  {m:<8} ({order} as loaded, {s["pixels"]} px, '
+                     f'{bits}-bit files, values {low:g}-{high:g}): '
                      f'mean [{mean}]  std [{std}]')
+        if s.get('refused'):
+            lines.append(
+                f'  {m}: {s["refused"]} files have more than 8 bits per '
+                'channel and the loader refuses them (the statistics above '
+                'are of their raw counts); keep their depth with '
+                "LoadPairedImageFromFile(high_depth=dict(rule='fixed', "
+                f"low={low:g}, high={high:g})) (this range to 0-255), or "
+                "rule='percentile' / 'minmax' per image, then run --stats "
+                'again')
     lines.append('PairedDetDataPreprocessor lines for the config:')
     lines.append(stats['config_lines'])
     return '\n'.join(lines)

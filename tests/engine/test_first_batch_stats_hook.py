@@ -52,7 +52,7 @@ def _run(tmp_path, data_root, preprocessor=None, hook=None, iters=2,
     pre = dict(type='PairedDetDataPreprocessor', pad_size_divisor=32)
     pre.update(preprocessor or {})
     cfg = Config(dict(
-        default_scope='mmdet',
+        default_scope='mmsafe',
         experiment_name=name,
         work_dir=str(tmp_path / 'work'),
         model=dict(type='FirstBatchToyPairDetector', data_preprocessor=pre),
@@ -222,3 +222,48 @@ def test_infrared_from_other_moments_warns_per_box(tmp_path, capsys):
     assert hook.object_offset_summary['median'] > 12.0
     events = read_events(runner.work_dir, 'first_batch_flag')
     assert 'pair_objects_offset' in {e['flag'] for e in events}
+
+
+# ------------------------------------------------------------ bit depth
+def _thermal_pipeline(**load):
+    return [dict(type='LoadPairedImageFromFile', **load)] + PIPELINE[1:]
+
+
+def test_16bit_thermal_trains_with_its_full_depth(tmp_path):
+    """Raw counts 51,300-52,150 kept by a rule reach the model with their
+    range; without one the run stops naming the rules."""
+    from tests.datasets.thermal16 import HIGH, LOW, write_thermal_tree
+    root = str(tmp_path / 'llvip')
+    write_thermal_tree(root, '.png')
+    _, hook = _run(tmp_path, root, iters=1, pipeline=_thermal_pipeline(
+        high_depth=dict(rule='fixed', low=LOW, high=HIGH)))
+    assert hook.flags == [], hook.flags
+    ir = hook.stats[0]['modalities']['infrared']
+    # 0-255 after the rule, then ImageNet's normalisation: about 4.4 wide
+    assert ir['max'] - ir['min'] > 4 and ir['std'] > 0.5, ir
+    with pytest.raises(ValueError, match=r"16 bits per channel \(values "
+                       r"51300-52150\).*high_depth"):
+        _run(tmp_path, root, iters=1, pipeline=_thermal_pipeline())
+
+
+def test_high_byte_infrared_is_nearly_constant_and_pairing_abstains(
+        tmp_path, capsys):
+    """A 16-bit frame cut to its high byte (3 grey levels): flagged
+    nearly_constant, and no pairing verdict is drawn from it."""
+    from tests.datasets.thermal16 import write_thermal_tree
+    root = str(tmp_path / 'llvip')
+    for path, counts in write_thermal_tree(root, '.png').items():
+        cv2.imwrite(path, cv2.cvtColor((counts >> 8).astype(np.uint8),
+                                       cv2.COLOR_GRAY2BGR))
+    _, hook = _run(tmp_path, root, iters=1)
+    assert [(f['kind'], f['modality'], f['sample']) for f in hook.flags] == \
+        [('nearly_constant', 'infrared', 0), ('nearly_constant', 'infrared',
+                                              1)], hook.flags
+    assert 'raw values 200-203' in hook.flags[0]['message']
+    assert 'high_depth' in hook.flags[0]['message']
+    assert [a['modalities'] for a in hook.abstained_pairs] == [
+        ['infrared'], ['infrared']]
+    assert hook.alignments == [] and hook.object_offsets == []
+    out = capsys.readouterr().out
+    assert 'the pairing checks abstained on 2 of 2 pairs' in out
+    assert out.index('nearly_constant') < out.index('abstained')

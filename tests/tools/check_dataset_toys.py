@@ -113,7 +113,7 @@ CONFIG = """
 custom_imports = dict(
     imports=['mmsafe', 'tests.tools.check_dataset_toys'],
     allow_failed_imports=False)
-default_scope = 'mmdet'
+default_scope = 'mmsafe'
 train_pipeline = [
     dict(type='LoadPairedImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True),

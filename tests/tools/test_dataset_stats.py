@@ -124,3 +124,55 @@ def test_stats_follow_the_loaders_reduced_decode(tree, tmp_path, capsys):
                                    rtol=1e-9)
     assert ("JPEGs decoded reduced, as the loader's reduced_decode (scale "
             "(32, 24)) decodes them" in capsys.readouterr().out)
+
+
+def test_stats_report_16bit_depth_and_range(tmp_path, capsys):
+    """16-bit thermal PNGs: their depth and raw range; without a
+    ``high_depth`` rule the loader refuses them and the line to keep them
+    is printed; with one, the statistics are of the mapped values."""
+    from mmengine.config import Config
+
+    from mmsafe.tools_lib.dataset_stats import run_stats
+    from tests.datasets.thermal16 import HIGH, LOW, write_thermal_tree
+    root = str(tmp_path / 'llvip')
+    counts = [c for _, c in sorted(write_thermal_tree(root, '.png').items())]
+    text = """
+        default_scope = 'mmdet'
+        custom_imports = dict(imports=['mmsafe'], allow_failed_imports=False)
+        train_dataloader = dict(
+            batch_size=1, num_workers=0,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            dataset=dict(type='mmsafe.LLVIPDataset', data_root={root!r},
+                         data_prefix=dict(img='visible/train/'),
+                         filter_cfg=None, pipeline=[
+                             dict(type='LoadPairedImageFromFile'{rule}),
+                             dict(type='PackPairedDetInputs')]))
+        """
+    config = write_config(str(tmp_path / 'raw.py'),
+                          text.format(root=root + '/', rule=''))
+    stats = run_stats(Config.fromfile(config), 'train', workers=0,
+                      progress=False)
+    out = capsys.readouterr().out
+    ir, vis = stats['infrared'], stats['visible']
+    assert (ir['bits'], ir['range'], ir['refused']) == ([16], [LOW, HIGH], 2)
+    assert (vis['bits'], vis['refused']) == ([8], 0)
+    raw = np.concatenate([c.reshape(-1) for c in counts]).astype(np.float64)
+    np.testing.assert_allclose(ir['mean'], [raw.mean()] * 3, rtol=1e-9)
+    np.testing.assert_allclose(ir['std'], [raw.std()] * 3, rtol=1e-9)
+    assert f'infrared (BGR as loaded, {raw.size} px, 16-bit files, values ' \
+        f'{LOW}-{HIGH})' in out
+    assert '2 files have more than 8 bits per channel and the loader ' \
+        "refuses them" in out
+    assert "high_depth=dict(rule='fixed', low=51300, high=52150)" in out
+    # kept by that rule: statistics of the values the model receives
+    config = write_config(str(tmp_path / 'fixed.py'), text.format(
+        root=root + '/', rule=f", high_depth=dict(rule='fixed', low={LOW}, "
+        f'high={HIGH})'))
+    stats = run_stats(Config.fromfile(config), 'train', workers=0,
+                      progress=False)
+    mapped = (raw - LOW) * 255 / (HIGH - LOW)
+    assert stats['infrared']['refused'] == 0
+    np.testing.assert_allclose(stats['infrared']['mean'], [mapped.mean()] * 3,
+                               rtol=1e-5)
+    np.testing.assert_allclose(stats['infrared']['std'], [mapped.std()] * 3,
+                               rtol=1e-4)

@@ -5,6 +5,7 @@ import torch
 from mmdet.datasets.transforms import PackDetInputs
 from mmsafe.registry import TRANSFORMS
 from mmsafe.errors import MMSafeKeyError, MMSafeValueError
+from .bit_depth import BIT_DEPTH_KEY
 from .geometry_record import divergence
 from .same_size import chw_tensor
 
@@ -32,6 +33,11 @@ class PackPairedDetInputs(PackDetInputs):
     tensors keep the images' dtype (uint8 from LoadPairedImageFromFile);
     both are the tensor PackDetInputs makes of an image, converted by
     :func:`image_to_tensor`.
+
+    The record of an image of more than 8 bits per channel (its depth,
+    range and the rule that kept it, ``bit_depth`` of
+    :class:`~.loading.LoadPairedImageFromFile`) is added to the data
+    sample's meta whenever the results carry one.
 
     A sample whose two images differ in size, or whose recorded visible and
     infrared geometries differ (see :mod:`.geometry_record`), is refused with a
@@ -77,4 +83,7 @@ class PackPairedDetInputs(PackDetInputs):
             visible = image_to_tensor(img)
         packed['inputs'] = dict(
             visible=visible, infrared=image_to_tensor(ir_img))
+        if results.get(BIT_DEPTH_KEY):
+            packed['data_samples'].set_metainfo(
+                {BIT_DEPTH_KEY: results[BIT_DEPTH_KEY]})
         return packed

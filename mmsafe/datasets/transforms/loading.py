@@ -11,6 +11,8 @@ from mmengine import fileio
 from mmsafe.registry import TRANSFORMS
 from mmsafe.errors import MMSafeKeyError, MMSafeOSError, MMSafeValueError
 from mmsafe.events import log
+from .bit_depth import (BIT_DEPTH_KEY, check_high_depth_cfg, file_bit_depth,
+                        normalise, read_high_depth, refusal)
 from .geometry_record import BOTH, INFRARED_KEY, VISIBLE_KEY, log_step
 from .reduced_jpeg_decode import (DECODE_KEY, check_reduced_decode_cfg,
                                   decode, decoded_scale, image_size,
@@ -42,7 +44,14 @@ class LoadPairedImageFromFile(LoadImageFromFile):
 
     Added Keys: img, ir_img, img_shape, ori_shape, ir_ori_shape; with a
     reduced decode also scale_factor, homography_matrix,
-    ir_homography_matrix, pair_geometry_log, decode_scale_factor
+    ir_homography_matrix, pair_geometry_log, decode_scale_factor; for a
+    file of more than 8 bits per channel bit_depth
+
+    Each file's depth is read from its header first: an 8-bit file is
+    decoded as ``color_type`` says; a deeper one (a 16-bit radiometric
+    thermal PNG or TIFF) with its full depth, then mapped to 0-255 by the
+    ``high_depth`` rule, or refused with an error that names the rules;
+    never cut to its high byte (see :mod:`.bit_depth`).
 
     A missing or unreadable file raises an error that names both paths of the
     pair; a sample without ``ir_img_path`` (an unpaired dataset) is an error,
@@ -66,6 +75,14 @@ class LoadPairedImageFromFile(LoadImageFromFile):
             resize must follow (it folds the decode into ``scale_factor``);
             see :mod:`.reduced_jpeg_decode` for the bookkeeping. Defaults to
             None (full decode).
+        high_depth (dict, optional): how an image of more than 8 bits per
+            channel keeps its depth: ``dict(rule='percentile', low=1,
+            high=99)``, ``dict(rule='minmax')``, ``dict(rule='fixed',
+            low=..., high=...)`` (to 0-255, float32) or
+            ``dict(rule='raw')`` (the counts, float32); recorded in the
+            results' ``bit_depth``. None (default): such an image is an
+            error naming these rules, except with ``'unchanged'`` colour
+            types, which read it as ``'raw'`` (said once).
         **kwargs: :class:`mmcv.transforms.LoadImageFromFile` arguments
             (``to_float32``, ``color_type``, ``imdecode_backend``,
             ``ignore_empty``, ``backend_args``). With ``ignore_empty=True``
@@ -79,8 +96,12 @@ class LoadPairedImageFromFile(LoadImageFromFile):
                  ir_color_type: str = 'color',
                  on_size_mismatch: str = 'error',
                  reduced_decode: Optional[dict] = None,
+                 high_depth: Optional[dict] = None,
                  **kwargs) -> None:
         super().__init__(**kwargs)
+        self.high_depth = check_high_depth_cfg(high_depth,
+                                               type(self).__name__)
+        self._raw_said = False
         self.reduced_decode = check_reduced_decode_cfg(
             reduced_decode, type(self).__name__,
             (self.color_type, ir_color_type), self.imdecode_backend)
@@ -126,6 +147,47 @@ class LoadPairedImageFromFile(LoadImageFromFile):
 
         return self._guarded('the', path, which, pair, decode_image)
 
+    def _load(self, results: dict, img_bytes: bytes, path: str, flag: str,
+              which: str, pair: str, reduction: int) -> Optional[tuple]:
+        """``(image, reduction used)`` of a file of any depth (see the
+        class docstring), or None with ``ignore_empty``."""
+        bits = file_bit_depth(img_bytes)
+        if bits <= 8:
+            return self._decode(img_bytes, path, flag, which, pair,
+                                reduction)
+
+        def decode_deep():
+            img = read_high_depth(img_bytes, flag)
+            if img is None:
+                raise MMSafeValueError(
+                    'the file could not be decoded as an image')
+            return img
+
+        img = self._guarded('the', path, which, pair, decode_deep)
+        if img is None:
+            return None
+        rule = self.high_depth
+        owner = type(self).__name__
+        if rule is None and flag.startswith('unchanged'):
+            rule = dict(rule='raw')
+            if not self._raw_said:
+                self._raw_said = True
+                log(f'{owner}: the {which} image {path} has {bits} bits per '
+                    f"channel and color_type {flag!r}: its counts are kept "
+                    "as float32 (high_depth=dict(rule='raw')); the "
+                    "preprocessor's mean/std must be in counts "
+                    '(tools/check_dataset.py CONFIG --stats prints them). '
+                    'Said once per loading process.', logging.WARNING)
+        if rule is None:
+            raise MMSafeValueError(refusal(owner, which, path, bits, img))
+        record = dict(bits=bits, min=float(img.min()), max=float(img.max()))
+        img, done = normalise(img, rule)
+        if flag.startswith('color') and img.ndim == 2:
+            img = three_channels(img)
+        record.update(done)
+        results.setdefault(BIT_DEPTH_KEY, {})[which] = record
+        return img, 1
+
     def _size(self, img_bytes: bytes, path: str, which: str,
               pair: str) -> Optional[tuple]:
         return self._guarded('the size of the', path, which, pair,
@@ -162,10 +224,11 @@ class LoadPairedImageFromFile(LoadImageFromFile):
                 return None
             reduction = pair_reduction((vis_size, ir_size),
                                        self.reduced_decode)
-        vis = self._decode(img_bytes, img_path, self.color_type, 'visible',
-                           pair, reduction or 1)
-        ir = self._decode(ir_bytes, ir_path, self.ir_color_type, 'infrared',
-                          pair, reduction or 1)
+        results.pop(BIT_DEPTH_KEY, None)
+        vis = self._load(results, img_bytes, img_path, self.color_type,
+                         'visible', pair, reduction or 1)
+        ir = self._load(results, ir_bytes, ir_path, self.ir_color_type,
+                        'infrared', pair, reduction or 1)
         if vis is None or ir is None:
             return None
         (img, vis_red), (ir_img, ir_red) = vis, ir
@@ -236,5 +299,6 @@ class LoadPairedImageFromFile(LoadImageFromFile):
                 f'ir_color_type={self.ir_color_type!r}, '
                 f'on_size_mismatch={self.on_size_mismatch!r}, '
                 f'reduced_decode={self.reduced_decode!r}, '
+                f'high_depth={self.high_depth!r}, '
                 f'to_float32={self.to_float32}, '
                 f'ignore_empty={self.ignore_empty})')

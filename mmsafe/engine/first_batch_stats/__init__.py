@@ -10,4 +10,5 @@ first training batches, one concern per module:
 from .alignment import PairAlignment  # noqa: F401
 from .channels import fit_channel_map  # noqa: F401
 from .display import visualize_pairs  # noqa: F401
-from .stats import analyse_batch, make_flag  # noqa: F401
+from .stats import (NEAR_CONSTANT_STD, analyse_batch,  # noqa: F401
+                    make_flag, near_constant)

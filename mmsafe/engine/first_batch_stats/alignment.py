@@ -9,6 +9,11 @@ the same pairs (:mod:`mmsafe.analysis.object_offsets`, the boxes of the
 data samples' ``gt_instances``) flag a pair whose people are offset
 beyond ``max_offset`` pixels (``pair_objects_offset``); their distribution
 is logged when the measurement ends.
+
+A pair of which one modality is nearly constant (:func:`.stats.near_constant`:
+nothing to align, e.g. a 16-bit frame cut to its high byte) is not
+judged: the pairing checks abstain on it, count it and say so when the
+measurement ends; ``FirstBatchStatsHook`` flags the modality itself.
 """
 from typing import Any, List, Optional
 
@@ -20,6 +25,7 @@ from mmsafe.analysis.pair_alignment import (alignment_flag,
                                             unrelated_message,
                                             unrelated_pairs)
 from mmsafe.events import log
+from .stats import NEAR_CONSTANT_STD, near_constant
 
 
 def _pair_flag(kind: str, result: dict, message: str) -> dict:
@@ -40,11 +46,17 @@ class PairAlignment:
         max_pairs (int): pairs to measure; 0 measures none.
         max_offset (float): median per-box offset (pixels of the original
             images) above which a pair is flagged ``pair_objects_offset``.
+        near_constant_std (float): raw standard deviation below which a
+            modality is nearly constant (its pair is not judged).
     """
 
-    def __init__(self, max_pairs: int, max_offset: float = 8.0) -> None:
+    def __init__(self, max_pairs: int, max_offset: float = 8.0,
+                 near_constant_std: float = NEAR_CONSTANT_STD) -> None:
         self.max_pairs = int(max_pairs)
         self.max_offset = float(max_offset)
+        self.near_constant_std = float(near_constant_std)
+        #: pairs not judged: a modality nearly constant
+        self.abstained: List[dict] = []
         self.results: List[dict] = []
         self.offsets: List[dict] = []
         self.offset_summary: Optional[dict] = None
@@ -66,11 +78,18 @@ class PairAlignment:
         flags = []
         for i, (vis, ir) in enumerate(zip(inputs['visible'],
                                           inputs['infrared'])):
-            if len(self.results) >= self.max_pairs:
+            if self._seen() >= self.max_pairs:
                 break
             if tuple(vis.shape[-2:]) != tuple(ir.shape[-2:]):
                 continue  # PackPairedDetInputs refuses these already
             meta = samples[i].metainfo if i < len(samples) else {}
+            flat = [name for name, img in (('visible', vis), ('infrared', ir))
+                    if near_constant(img, self.near_constant_std) is not None]
+            if flat:
+                self.abstained.append(dict(
+                    file=meta.get('img_path'), modalities=flat,
+                    ir_file=meta.get('ir_img_path'), iter=it))
+                continue
             result = measure_alignment(vis, ir)
             result.update(file=meta.get('img_path'),
                           ir_file=meta.get('ir_img_path'), iter=it)
@@ -80,9 +99,12 @@ class PairAlignment:
                                         result['message']))
             flags += self._offsets(vis, ir, samples[i] if i < len(samples)
                                    else None, result)
-        if len(self.results) >= self.max_pairs:
+        if self._seen() >= self.max_pairs:
             flags += self.finish()
         return flags
+
+    def _seen(self) -> int:
+        return len(self.results) + len(self.abstained)
 
     def _offsets(self, vis, ir, sample, result: dict) -> List[dict]:
         """Per-box offsets of one pair; its ``pair_objects_offset`` flag."""
@@ -105,6 +127,16 @@ class PairAlignment:
         if self.done:
             return []
         self.done = True
+        if self.abstained:
+            first = self.abstained[0]
+            flat = sorted({m for a in self.abstained
+                           for m in a['modalities']})
+            log(f'FirstBatchStatsHook: the pairing checks abstained on '
+                f'{len(self.abstained)} of {self._seen()} pairs: their '
+                f'{"/".join(flat)} image is nearly constant (flagged '
+                'nearly_constant), with '
+                'nothing to align; first: visible='
+                f"{first['file']} | infrared={first['ir_file']}")
         if self.offsets:
             self.offset_summary = offsets_summary(
                 [dict(img_path=o['file'], offsets=o) for o in self.offsets])

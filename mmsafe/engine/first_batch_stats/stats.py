@@ -2,11 +2,14 @@
 
 Flags: ``all_zero`` (a modality all zeros after preprocessing),
 ``constant`` (a modality constant in an image: a black raw image becomes
-``-mean/std`` after normalisation), ``identical`` / ``near_identical``
-(visible and infrared the same image, or equal up to brightness and
-contrast), and the channel flags of :mod:`.channels`.
+``-mean/std`` after normalisation), ``nearly_constant`` (its raw values,
+as the pipeline delivers them, have a standard deviation below
+``near_constant_std``: a 16-bit thermal frame decoded to 8 bits keeps its
+high byte, 3 grey levels), ``identical`` / ``near_identical`` (visible and
+infrared the same image, or equal up to brightness and contrast), and the
+channel flags of :mod:`.channels`.
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -45,8 +48,40 @@ def _identical_flag(raw_mods: dict, out_mods: dict, i: int, shapes: list,
     return None
 
 
+#: raw standard deviation (grey levels of 0-255 data) below which a
+#: modality is nearly constant; a 16-bit frame of counts 51,300-52,150
+#: decoded to 8 bits has about 0.5
+NEAR_CONSTANT_STD = 2.0
+
+
+def near_constant(raw: Optional[torch.Tensor],
+                  threshold: float) -> Optional[float]:
+    """The standard deviation of a raw image's values when it is below
+    ``threshold`` (the image is nearly constant), else None."""
+    if raw is None or not isinstance(raw, torch.Tensor) or raw.numel() < 2:
+        return None
+    spread = float(raw.double().std())
+    return spread if spread < threshold else None
+
+
+def _near_constant_flag(name: str, raw: torch.Tensor, spread: float, i: int,
+                        files: list) -> dict:
+    low, high = float(raw.min()), float(raw.max())
+    hint = ''
+    if raw.dtype == torch.uint8 and high - low <= 8:
+        hint = (' (a 16-bit thermal image decoded to 8 bits keeps its high '
+                'byte only: LoadPairedImageFromFile reads the real depth and '
+                'keeps it with high_depth=dict(rule=...))')
+    return make_flag(
+        'nearly_constant', name, i, files,
+        f'{name} is nearly constant: its raw values {low:g}-{high:g} have '
+        f'a standard deviation of {spread:.3g}{hint}; the pairing checks '
+        'abstain on this pair')
+
+
 def _constant_flags(name: str, crops: list, raw_mods: dict, files: list,
-                    constant_eps: float) -> List[dict]:
+                    constant_eps: float,
+                    near_constant_std: float) -> List[dict]:
     flags = []
     for i, crop in enumerate(crops):
         # per channel: a black image is (0 - mean_c) / std_c
@@ -64,11 +99,18 @@ def _constant_flags(name: str, crops: list, raw_mods: dict, files: list,
                 f'{name} is constant ({float(crop.flatten()[0]):.4g})' +
                 (' - the loaded image is black (all zeros)'
                  if black else '')))
+        else:
+            raw = raw_image(raw_mods, name, i)
+            spread = near_constant(raw, near_constant_std)
+            if spread is not None:
+                flags.append(_near_constant_flag(name, raw, spread, i,
+                                                 files))
     return flags
 
 
 def analyse_batch(data: dict, output: dict, pre: Any, constant_eps: float,
-                  identical_corr: float, loaded_order: str) -> dict:
+                  identical_corr: float, loaded_order: str,
+                  near_constant_std: float = NEAR_CONSTANT_STD) -> dict:
     """Statistics and flags of one batch, before and after ``pre``.
 
     Args:
@@ -80,6 +122,8 @@ def analyse_batch(data: dict, output: dict, pre: Any, constant_eps: float,
         identical_corr (float): grey-image correlation from which visible
             and infrared count as near-identical.
         loaded_order (str): channel order the loader produces.
+        near_constant_std (float): raw standard deviation below which a
+            modality is nearly constant.
 
     Returns:
         dict: ``modalities`` (per modality: range, mean, std, channel
@@ -108,7 +152,8 @@ def analyse_batch(data: dict, output: dict, pre: Any, constant_eps: float,
             mean=float(flat.mean()),
             std=float(flat.std()),
             channel_mean=[round(float(v), 4) for v in flat.mean(1)])
-        flags += _constant_flags(name, crops, raw_mods, files, constant_eps)
+        flags += _constant_flags(name, crops, raw_mods, files, constant_eps,
+                                 near_constant_std)
         info, channel_flags = channel_check(name, raw_mods, out, shapes,
                                             files, pre, loaded_order)
         mods[name].update(info)

@@ -14,7 +14,8 @@ import torch
 from mmengine.hooks import Hook
 
 from mmsafe.registry import HOOKS
-from mmsafe.engine.first_batch_stats import (PairAlignment, analyse_batch,
+from mmsafe.engine.first_batch_stats import (NEAR_CONSTANT_STD,
+                                             PairAlignment, analyse_batch,
                                              visualize_pairs)
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
@@ -35,6 +36,11 @@ class FirstBatchStatsHook(Hook):
 
     * ``all_zero`` and ``constant``: a modality that is all zeros, or
       constant in an image, after preprocessing;
+    * ``nearly_constant``: a modality whose raw values (as the pipeline
+      delivers them) have a standard deviation below ``near_constant_std``
+      in an image (a 16-bit thermal frame decoded to 8 bits keeps its high
+      byte: 3 grey levels). It is flagged before any pairing verdict, and
+      the pairing checks below abstain on such a pair (counted and logged);
     * ``identical`` / ``near_identical``: visible and infrared are the same
       image (up to brightness/contrast: grey-image correlation >=
       ``identical_corr``);
@@ -90,6 +96,9 @@ class FirstBatchStatsHook(Hook):
         max_offset (float): per-box offset (pixels of the original
             images, median over a pair's boxes) above which a pair is
             flagged. Defaults to 8.
+        near_constant_std (float): raw standard deviation (grey levels of
+            0-255 data) below which a modality is nearly constant.
+            Defaults to 2.
     """
 
     guard_outputs = GuardOutputs(
@@ -108,7 +117,8 @@ class FirstBatchStatsHook(Hook):
                  loaded_channel_order: str = 'bgr',
                  alignment: bool = True,
                  alignment_pairs: int = 16,
-                 max_offset: float = 8.0) -> None:
+                 max_offset: float = 8.0,
+                 near_constant_std: float = NEAR_CONSTANT_STD) -> None:
         if on_fault not in ('warn', 'raise'):
             raise MMSafeValueError(f"on_fault must be 'warn' or 'raise', got "
                                    f'{on_fault!r}')
@@ -123,8 +133,10 @@ class FirstBatchStatsHook(Hook):
         self.loaded_channel_order = loaded_channel_order
         self.alignment = bool(alignment)
         self.alignment_pairs = int(alignment_pairs)
+        self.near_constant_std = float(near_constant_std)
         self._pairs = PairAlignment(self.alignment_pairs if self.alignment
-                                    else 0, max_offset)
+                                    else 0, max_offset,
+                                    self.near_constant_std)
         self._handle = None
         self._armed = False
         self._captured: Optional[dict] = None
@@ -142,6 +154,12 @@ class FirstBatchStatsHook(Hook):
     def object_offsets(self) -> List[dict]:
         """The per-box offsets of the pairs with boxes seen so far."""
         return self._pairs.offsets
+
+    @property
+    def abstained_pairs(self) -> List[dict]:
+        """The pairs the pairing checks did not judge (a modality nearly
+        constant): files, iteration and the flat modalities."""
+        return self._pairs.abstained
 
     @property
     def object_offset_summary(self) -> Optional[dict]:
@@ -175,15 +193,21 @@ class FirstBatchStatsHook(Hook):
 
     def _analyse(self, data: dict, output: dict) -> dict:
         return analyse_batch(data, output, self._pre, self.constant_eps,
-                             self.identical_corr, self.loaded_channel_order)
+                             self.identical_corr, self.loaded_channel_order,
+                             self.near_constant_std)
 
     def after_train_iter(self, runner, batch_idx: int,
                          data_batch: Any = None, outputs=None) -> None:
         it = runner.iter + 1
+        # the batch's own flags (a nearly constant modality) before any
+        # pairing verdict on it
+        if self._armed:
+            self._report_batch(runner, data_batch, it)
         self._report_pair_flags(runner,
                                 self._pairs.add_batch(data_batch, it))
-        if not self._armed:
-            return
+
+    def _report_batch(self, runner, data_batch: Any, it: int) -> None:
+        """Report the statistics of an armed iteration's batch."""
         self._armed = False
         captured, self._captured = self._captured, None
         if captured is None:

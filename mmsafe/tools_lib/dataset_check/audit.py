@@ -11,6 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from mmsafe.datasets.walk import leaf_datasets, resolve_index
+from mmsafe.engine.first_batch_stats.stats import (NEAR_CONSTANT_STD,
+                                                   near_constant)
 from mmsafe.errors import MMSafeOSError
 from .checks import (ERROR, WARNING, check_packed, check_raw, class_names,
                      issue, unpack_result)
@@ -93,7 +95,14 @@ class PairAuditDataset(Dataset):
                               bool(getattr(owner, 'test_mode', False)))
         record['issues'] += packed.pop('issues')
         record.update(packed)
-        if self.alignment and result is not None:
+        flat = self._nearly_constant(result) if self.alignment else []
+        if flat:
+            record['issues'].append(issue(
+                'nearly_constant_modality', f'{"/".join(flat)} is nearly '
+                'constant after the pipeline (its values\' standard '
+                f'deviation is below {NEAR_CONSTANT_STD:g}); the pairing '
+                'checks abstain on this pair', 'alignment', modalities=flat))
+        elif self.alignment and result is not None:
             from mmsafe.analysis.pair_alignment import audit_alignment
             record['alignment'], found = audit_alignment(
                 unpack_result(result)[0])
@@ -112,6 +121,14 @@ class PairAuditDataset(Dataset):
         if idx in self.show_indices and self.show_dir and result is not None:
             record['shown'] = self._show(idx, result, record)
         return record
+
+    @staticmethod
+    def _nearly_constant(result) -> list:
+        """The modalities of a pipeline output that are nearly constant
+        (nothing to align), as ``FirstBatchStatsHook`` judges them."""
+        mods = unpack_result(result)[0] if result is not None else None
+        return [name for name, img in (mods or {}).items()
+                if near_constant(img, NEAR_CONSTANT_STD) is not None]
 
     def _leaf_index(self, owner) -> Optional[int]:
         """Which of :attr:`leaves` reads the sample ``owner`` holds (its
@@ -190,7 +207,8 @@ def audit(dataset,
           findings: Sequence[dict] = (),
           multiprocessing_context: Optional[str] = None,
           alignment: bool = True,
-          max_offset: float = 8.0) -> dict:
+          max_offset: float = 8.0,
+          indices: Optional[Sequence[int]] = None) -> dict:
     """Walk ``dataset`` through its pipeline and collect every finding.
 
     Args:
@@ -216,19 +234,23 @@ def audit(dataset,
             ``show_dir``, a histogram of ``|d|`` is written as
             ``object_offsets_hist.png``.
         max_offset (float): see ``alignment``.
+        indices (Sequence[int], optional): audit only these samples
+            (``--files``); ``limit`` then caps how many.
 
     Returns:
         dict: the report (see :func:`summarize`).
     """
-    n = len(dataset) if limit is None else min(limit, len(dataset))
+    chosen = range(len(dataset)) if indices is None else list(indices)
+    n = len(chosen) if limit is None else min(limit, len(chosen))
+    chosen = chosen[:n]
     if show_dir:
         os.makedirs(show_dir, exist_ok=True)
-    audit_ds = PairAuditDataset(dataset, range(min(show, n)), show_dir,
+    audit_ds = PairAuditDataset(dataset, chosen[:show], show_dir,
                                 box_tolerance, alignment, max_offset)
     generator = torch.Generator()
     generator.manual_seed(seed)
     loader = DataLoader(
-        torch.utils.data.Subset(audit_ds, range(n)),
+        torch.utils.data.Subset(audit_ds, chosen),
         batch_size=None,
         shuffle=False,
         num_workers=workers,
