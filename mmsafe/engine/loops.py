@@ -22,6 +22,16 @@ iteration); :class:`ResumableIterBasedTrainLoop` only adds the generators
 and the report at the end of that replay. Without a plan both loops are
 MMEngine's.
 
+**Guards that must act before the workers start**
+(:func:`prepare_loop_loader`): ``IterBasedTrainLoop`` starts its loader's
+worker processes in its constructor (its ``dataloader_iterator``), before
+any ``before_train`` hook; a dataset that spawn-started workers cannot
+receive ends the run there. :class:`ResumableIterBasedTrainLoop` lets
+MMEngine build the loader (``BaseLoop``'s constructor), hands it to every
+hook of the runner that defines ``prepare_loader(runner, name, loader)``
+(:class:`~mmsafe.engine.hooks.DataLoaderProbeHook`), and builds MMEngine's
+loop on the loader they return.
+
 **Another loader for a loop** (:func:`replace_loop_loader`, used by
 :class:`~mmsafe.engine.hooks.DataLoaderProbeHook`): MMEngine's loops read
 their batches from the ``dataloader`` attribute (``EpochBasedTrainLoop``,
@@ -34,12 +44,28 @@ the loop; :func:`replace_loop_loader` sets them and changes no method.
 from typing import Any, Callable, Iterator, List, Optional
 
 from mmsafe.registry import LOOPS
-from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
+from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop
 from torch.utils.data import DataLoader
 
 from mmsafe.datasets.loader.processes import (shutdown_iterator,
                                               shutdown_loader)
 from mmsafe.engine.run_context import run_context
+
+
+#: the hook method that acts on a loop's loader before its workers start
+PREPARE_LOADER = 'prepare_loader'
+
+
+def prepare_loop_loader(runner, name: str, loader: Any) -> Any:
+    """The loader that loop ``name`` (``'train'``, ``'val'``, ``'test'``)
+    is to read: ``loader`` passed through the ``prepare_loader(runner,
+    name, loader)`` method of each of the runner's hooks that has one, in
+    the hooks' order, before any of its worker processes exists."""
+    for hook in getattr(runner, 'hooks', ()):
+        prepare = getattr(hook, PREPARE_LOADER, None)
+        if callable(prepare):
+            loader = prepare(runner, name, loader)
+    return loader
 
 
 def _pending_plan(runner) -> Optional[Any]:
@@ -113,12 +139,24 @@ class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
     attribute hands out a counting view of the iterator, which puts the
     generators back after the last replayed batch. A plan still pending at
     the first trained iteration is reported as not exact.
+
+    The loader passes the runner's ``prepare_loader`` hooks before the
+    constructor starts its workers (see :func:`prepare_loop_loader`).
+    Arguments are those of ``IterBasedTrainLoop``.
     """
 
     continues_inside_epoch = True
     replays_from_epoch_start = False  # MMEngine replays from iteration 0
 
     _replay: Optional[_CountingIterator] = None
+
+    def __init__(self, runner, dataloader, *args, **kwargs) -> None:
+        # MMEngine's own build of the loader (a dict config: with the
+        # run's seed), then the guards, then MMEngine's constructor, which
+        # starts the workers of the loader they return
+        BaseLoop.__init__(self, runner, dataloader)
+        loader = prepare_loop_loader(runner, 'train', self.dataloader)
+        super().__init__(runner, loader, *args, **kwargs)
 
     @property
     def dataloader_iterator(self):

@@ -161,6 +161,36 @@ def test_lambda_in_pipeline_is_named(tmp_path):
     _assert_no_process_left(result)
 
 
+def test_lambda_in_an_iteration_loop_is_named_before_its_workers(tmp_path):
+    """IterBasedTrainLoop starts its loader's workers when it is built,
+    before any before_train hook: SafeRunner's loop probes the loader
+    first, falls back to num_workers=0 and trains to its end."""
+    result = _run(
+        tmp_path,
+        loader="num_workers=2, multiprocessing_context='spawn',",
+        dataset_args="pipeline=[dict(type='ProbeToVector'), "
+        "dict(type='ProbeScaleWithLambda', factor=2.0)],",
+        probe='timeout=60',
+        train_cfg="type='IterBasedTrainLoop', max_iters=4, val_interval=4")
+    assert result.returncode == 0, result
+    events = read_events(result.work_dir, 'dataloader_fallback')
+    assert [e['loader'] for e in events] == ['train', 'val']
+    for event in events:
+        assert 'dataset.pipeline.transforms[1].fn' in event['cause'], event
+        assert 'cannot be pickled' in event['cause']
+        assert event['leaked_workers'] == 0
+    record = _record(result)
+    assert len(record['train_iters']) == 4
+    assert all(it['num_workers'] == 0 and it['workers'] == [-1, -1]
+               for it in record['train_iters'])
+    # the loop was built on the fallen-back loader: the one it trains from
+    assert {it['loader'] for it in record['train_iters']} == \
+        {record['train_loader_before']}
+    assert 'count: 4.0' in result.output
+    assert 'Traceback' not in result.output
+    _assert_no_process_left(result)
+
+
 def test_lambda_without_probe_fails_unnamed(tmp_path):
     """The failure the probe prevents: probe='off' crashes in the loop."""
     result = _run(

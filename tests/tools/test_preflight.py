@@ -538,6 +538,33 @@ def test_spawn_with_paired_workers_gets_deadlock_advice(
     assert not report.find('dataloader', 'warn')
 
 
+@pytest.mark.parametrize('runner_type', ['SafeRunner', 'Runner'])
+def test_loader_probe_promised_only_where_the_loop_gets_it(
+        cli, healthy, tmp_path, runner_type):
+    """IterBasedTrainLoop starts its workers when it is built: the probe
+    acts first only when SafeRunner builds mmsafe's loop in its place."""
+    def modify(cfg):
+        _workers(cfg)
+        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=4,
+                             val_interval=4)
+        cfg.custom_hooks = [dict(type='DataLoaderProbeHook')]
+        cfg.runner_type = runner_type
+
+    report = preflight(cli, healthy, str(tmp_path / 'work'), modify,
+                       system='Windows')
+    rows = [r for r in report.rows if r.check == 'dataloader' and
+            r.where == 'train_dataloader.num_workers']
+    if runner_type == 'SafeRunner':
+        assert [r.status for r in rows] == ['info'], report.format_text()
+        assert 'DataLoaderProbeHook probes them before IterBasedTrainLoop ' \
+            'starts its workers' in rows[0].what
+    else:
+        assert [r.status for r in rows] == ['warn'], report.format_text()
+        assert "IterBasedTrainLoop starts its loader's workers when it is " \
+            "built, before DataLoaderProbeHook's before_train" in rows[0].what
+        assert "runner_type='SafeRunner'" in rows[0].fix
+
+
 def test_console_that_cannot_print_the_config(cli, tmp_path, llvip_tree,
                                               monkeypatch):
     config = healthy_config(str(tmp_path), llvip_tree,

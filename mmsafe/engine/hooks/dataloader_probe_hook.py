@@ -45,6 +45,12 @@ class DataLoaderProbeHook(Hook):
        for persistent workers), under a deadline; workers that do not
        answer are killed, and no worker process outlives the probe.
 
+    A loop that starts its loader's workers when it is built
+    (``IterBasedTrainLoop``) gets its loader probed before that, when
+    :class:`~mmsafe.engine.runner.SafeRunner` builds it
+    (:meth:`prepare_loader`); under another runner the probe runs at
+    ``before_train``, after those workers started, and says so.
+
     When the workers cannot deliver, the loop's loader is rebuilt with the
     same dataset, sampler, batch sampler and collate_fn, with
     ``num_workers=0, persistent_workers=False`` and no prefetch factor,
@@ -135,6 +141,28 @@ class DataLoaderProbeHook(Hook):
                                             capped=0, memory_warnings=0,
                                             leaked_workers=0)
 
+    def prepare_loader(self, runner, name: str,
+                       loader: DataLoader) -> DataLoader:
+        """Probe ``loader`` before its loop exists: the loader that the
+        loop ``name`` will read (``loader``, or one rebuilt without or with
+        fewer workers).
+
+        Called by mmsafe's loops that start their loader's workers when
+        they are built
+        (:class:`~mmsafe.engine.loops.ResumableIterBasedTrainLoop`, which
+        :class:`~mmsafe.engine.runner.SafeRunner` builds for
+        ``IterBasedTrainLoop``), with the loader MMEngine built for them,
+        before any worker exists; the loop's ``before_*`` probe is then
+        done.
+        """
+        if not self._wants(name):
+            return loader
+        self._done.add(name)
+        if not isinstance(loader, DataLoader) or loader.num_workers == 0:
+            return loader
+        with preserved_rng_state():
+            return self._probe(runner, name, loader, None)
+
     def before_train(self, runner) -> None:
         self._maybe_probe(runner, 'train', runner.train_loop)
 
@@ -144,22 +172,35 @@ class DataLoaderProbeHook(Hook):
     def before_test(self, runner) -> None:
         self._maybe_probe(runner, 'test', runner.test_loop)
 
+    def _wants(self, name: str) -> bool:
+        return self.probe != 'off' and name in self.loaders and \
+            name not in self._done
+
     def _maybe_probe(self, runner, name: str, loop: Any) -> None:
         """Probe each named loader once, before its loop's first batch."""
-        if self.probe == 'off' or name not in self.loaders or \
-                name in self._done or loop is None:
+        if loop is None or not self._wants(name):
             return
         self._done.add(name)
         loader = getattr(loop, 'dataloader', None)
         if not isinstance(loader, DataLoader) or loader.num_workers == 0:
             return
+        if getattr(loop, 'dataloader_iterator', None) is not None:
+            log(f'DataLoaderProbeHook: the {name} loop '
+                f'({type(loop).__name__}) started its loader\'s workers when '
+                'it was built, before this probe: a dataset they cannot '
+                'receive (an unpicklable transform under spawn) ends the run '
+                'there, before any fallback. runner_type=\'SafeRunner\' '
+                'probes the loader before the loop starts them.',
+                logging.WARNING)
         # Training finds every random stream (and with it the worker seeds
         # that the next epoch's iterator draws) as if no probe ran.
         with preserved_rng_state():
-            self._probe(runner, name, loop, loader)
+            self._probe(runner, name, loader, loop)
 
-    def _probe(self, runner, name: str, loop: Any,
-               loader: DataLoader) -> None:
+    def _probe(self, runner, name: str, loader: DataLoader,
+               loop: Optional[Any]) -> DataLoader:
+        """Probe ``loader``; returns the loader to read (replaced in
+        ``loop`` too when the loop exists)."""
         method = start_method(loader)
         paired = self.paired if self.paired is not None else \
             is_paired_dataset(loader.dataset)
@@ -174,25 +215,33 @@ class DataLoaderProbeHook(Hook):
                                         f'loader {text}', logging.WARNING),
             on_leak=lambda pids: self._check_leak(runner, name, pids))
         if found.verdict == 'fail':
-            self._fallback(runner, name, loop, settings, found.cause,
-                           found.seconds)
-        elif found.verdict == 'not_probed':
+            return self._fallback(runner, name, loader, loop, settings,
+                                  found.cause, found.seconds)
+        if found.verdict == 'not_probed':
             strict = self.probe == 'always' or (
                 paired and method in PICKLING_START_METHODS)
             if strict:
-                self._fallback(runner, name, loop, settings,
-                               f'{found.cause}, and workers are kept only '
-                               'when the probe passes here', 0.0)
-                return
+                return self._fallback(
+                    runner, name, loader, loop, settings,
+                    f'{found.cause}, and workers are kept only when the '
+                    'probe passes here', 0.0)
             log(f'DataLoaderProbeHook: the {name} loader was not probed '
                 f'({found.cause}); keeping {settings}.', logging.WARNING)
             write_event(runner.work_dir, Event.DATALOADER_PROBE, loader=name,
                         result='not_probed', reason=found.cause)
             self._publish(name, 'not_probed', 0.0, None)
-        else:
-            self._passed(runner, name, loop, loader, settings, found)
+            return loader
+        return self._passed(runner, name, loader, loop, settings, found)
 
-    def _passed(self, runner, name, loop, loader, settings, found) -> None:
+    def _replace(self, runner, name: str, loop: Optional[Any],
+                 new_loader: DataLoader, force: bool = False) -> None:
+        """Make an existing ``loop`` read ``new_loader``."""
+        if loop is not None:
+            self._check_leak(runner, name, replace_loop_loader(
+                loop, new_loader, force=force))
+
+    def _passed(self, runner, name, loader, loop, settings,
+                found) -> DataLoader:
         self._counts['passed'] += 1
         inflight = inflight_bytes(loader.num_workers, loader.prefetch_factor,
                                   found.batch_bytes)
@@ -207,16 +256,17 @@ class DataLoaderProbeHook(Hook):
                     start_method=start_method(loader),
                     leaked_workers=len(found.leaked))
         self._publish(name, 'pass', found.seconds, inflight)
-        self._check_memory(runner, name, loop, loader, found.batch_bytes,
-                           inflight)
+        return self._check_memory(runner, name, loader, loop,
+                                  found.batch_bytes, inflight)
 
-    def _fallback(self, runner, name, loop, settings, cause: str,
-                  seconds: float) -> None:
-        new_loader = rebuild_loader(loop.dataloader, num_workers=0)
+    def _fallback(self, runner, name, loader, loop, settings, cause: str,
+                  seconds: float) -> DataLoader:
+        new_loader = rebuild_loader(loader, num_workers=0)
         # workers that the loop already started (IterBasedTrainLoop starts
         # them when it is built) are of the kind that just failed: killed,
         # not asked politely and waited for
-        alive = replace_loop_loader(loop, new_loader, force=True)
+        alive = [] if loop is None else replace_loop_loader(
+            loop, new_loader, force=True)
         self._check_leak(runner, name, alive)
         self._counts['fallbacks'] += 1
         key = f'{name}_dataloader'
@@ -239,6 +289,7 @@ class DataLoaderProbeHook(Hook):
                       f'num_workers=0 for the {name} loader ({settings}). '
                       f'Cause: {cause}.', logging.WARNING)
         self._publish(name, 'fallback', seconds, None)
+        return new_loader
 
     def _check_leak(self, runner, name: str, alive: List[int]) -> None:
         if not alive:
@@ -249,11 +300,11 @@ class DataLoaderProbeHook(Hook):
         write_event(runner.work_dir, Event.DATALOADER_LEAK, loader=name,
                     pids=list(alive))
 
-    def _check_memory(self, runner, name, loop, loader: DataLoader,
-                      batch_bytes: int, inflight: int) -> None:
+    def _check_memory(self, runner, name, loader: DataLoader, loop,
+                      batch_bytes: int, inflight: int) -> DataLoader:
         budget = budget_bytes(self.memory_budget_mb, self.memory_fraction)
         if budget is None or batch_bytes == 0 or inflight <= budget:
-            return
+            return loader
         prefetch = loader.prefetch_factor or DEFAULT_PREFETCH
         fits = workers_that_fit(budget, loader.prefetch_factor, batch_bytes)
         key = f'{name}_dataloader'
@@ -272,15 +323,16 @@ class DataLoaderProbeHook(Hook):
                     workers=loader.num_workers, workers_that_fit=fits)
         if not self.cap_workers or fits >= loader.num_workers:
             log(message, logging.WARNING)
-            return
+            return loader
         new_loader = rebuild_loader(
             loader, num_workers=fits, prefetch_factor=loader.prefetch_factor,
             persistent_workers=loader.persistent_workers)
-        self._check_leak(runner, name, replace_loop_loader(loop, new_loader))
+        self._replace(runner, name, loop, new_loader)
         self._counts['capped'] += 1
         log(message + f' Capped to {fits} worker(s) (cap_workers=True).',
             logging.WARNING)
         update_counters(Counter.DATALOADER_PROBE, **{f'{name}_workers': fits})
+        return new_loader
 
     def _publish(self, name: str, result: str, seconds: float,
                  inflight: Optional[int]) -> None:

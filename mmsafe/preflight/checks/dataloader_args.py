@@ -6,10 +6,16 @@ Spawn-started workers (Windows always; elsewhere
 ``env_cfg.mp_cfg.mp_start_method='spawn'``) re-import everything and pickle
 the dataset; with paired data and persistent workers such workers can stall
 right after the hooks are set up, printing nothing.
+
+``DataLoaderProbeHook`` is promised only where it acts in time: an
+``IterBasedTrainLoop`` starts its loader's workers when it is built, before
+any ``before_train`` hook, so the probe comes first only when
+``SafeRunner`` builds mmsafe's loop in its place
+(:func:`train_probe_in_time`).
 """
 import multiprocessing
 import os
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 from mmsafe.datasets.loader.inflight_memory import (DEFAULT_PREFETCH,
                                                     available_memory,
@@ -80,6 +86,39 @@ def _probe_hook_on(ctx: PreflightContext) -> bool:
                for h in hooks)
 
 
+def train_probe_in_time(ctx: PreflightContext) -> Tuple[bool, str]:
+    """Whether DataLoaderProbeHook probes the train loader before its loop
+    starts the workers, and why (or why not)."""
+    from mmengine.runner import IterBasedTrainLoop
+    from mmsafe.engine.loops import ResumableIterBasedTrainLoop
+    train_cfg = ctx.cfg.get('train_cfg', None) or {}
+    kind = train_cfg.get('type', None)
+    if kind is None:
+        kind = 'IterBasedTrainLoop' if train_cfg.get(
+            'by_epoch', True) is False else 'EpochBasedTrainLoop'
+    loop = ctx.lookup('LOOPS', kind) if isinstance(kind, str) else kind
+    if not (isinstance(loop, type) and issubclass(loop, IterBasedTrainLoop)):
+        return True, 'before training'
+    name = loop.__name__
+    if issubclass(loop, ResumableIterBasedTrainLoop):
+        return True, f'before {name} starts its workers'
+    runner = ctx.cfg.get('runner_type', None)
+    if loop is IterBasedTrainLoop and runner in (None, 'SafeRunner'):
+        how = ("(SafeRunner builds mmsafe's loop, which probes first)"
+               if runner else
+               "(mmsafe's tools/train.py runs SafeRunner, which probes "
+               "first; MMDetection's tools/train.py needs "
+               "runner_type='SafeRunner' for that)")
+        return True, f'before {name} starts its workers {how}'
+    return False, (
+        f'{name} starts its loader\'s workers when it is built, before '
+        'DataLoaderProbeHook\'s before_train: a dataset that they cannot '
+        'receive (an unpicklable transform) ends the run before the probe '
+        'can fall back' + ('' if loop is IterBasedTrainLoop else
+                           ' (SafeRunner replaces only MMEngine\'s own '
+                           'IterBasedTrainLoop)'))
+
+
 def _int(value) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
@@ -146,13 +185,24 @@ def check_dataloader_args(ctx: PreflightContext) -> Iterator[CheckRow]:
                 f'{name}.num_workers', f'Use at most {cpus}; more workers '
                 'only add memory (each holds prefetch_factor batches).')
         method = start_method(ctx, loader)
-        if workers > 0 and method == 'spawn':
+        in_time, when = (train_probe_in_time(ctx) if name ==
+                         'train_dataloader' else (True, 'before training'))
+        if workers > 0 and method in ('spawn', 'forkserver') and \
+                _probe_hook_on(ctx) and not in_time:
+            yield CheckRow(
+                'warn', NAME, f'{workers} {method}-started workers: {when}.',
+                f'{name}.num_workers',
+                "Set runner_type='SafeRunner' (it builds mmsafe's "
+                'ResumableIterBasedTrainLoop for IterBasedTrainLoop, which '
+                'probes the loader first), or train_cfg.type='
+                "'ResumableIterBasedTrainLoop'.")
+        elif workers > 0 and method == 'spawn':
             is_paired = paired.get(name, False)
             if is_paired and _probe_hook_on(ctx):
                 yield CheckRow(
                     'info', NAME, f'{workers} spawn-started workers on '
-                    'paired data: DataLoaderProbeHook probes them before '
-                    'training and falls back to num_workers=0 if they stall.',
+                    f'paired data: DataLoaderProbeHook probes them {when} '
+                    'and falls back to num_workers=0 if they stall.',
                     f'{name}.num_workers')
             elif is_paired:
                 yield CheckRow(
