@@ -91,6 +91,11 @@ def check_dependencies() -> None:
             'mmcv is installed without its compiled ops (mmcv._ext is '
             'missing; MMDetection needs RoIAlign and NMS). Reinstall mmcv '
             'with MMCV_WITH_OPS=1')
+    if not problems:
+        from mmsafe.compat.mmengine_features import config_text_problem
+        problem = config_text_problem()
+        if problem:
+            problems.append(problem)
     if problems:
         hint = RANGE_HINT if out_of_range else SETUP_HINT
         raise MMSafeImportError('mmsafe cannot be imported: ' +

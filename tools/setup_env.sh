@@ -92,6 +92,10 @@ fi
 if [ -s "$CONSTRAINTS" ]; then
   say "this torch was built against numpy 1.x: keeping $(tr '\n' ' ' < "$CONSTRAINTS")for every install"
 fi
+for pin in $PLAN_PINS; do
+  echo "$pin" >> "$CONSTRAINTS"
+  say "the $PLAN_STACK stack keeps $pin for every install"
+done
 "${PIP[@]}" install -c "$CONSTRAINTS" numpy
 "$PY" "$PLAN" numpy
 PIPC=("${PIP[@]}" install -c "$CONSTRAINTS")

@@ -57,6 +57,9 @@ STACKS = {
     'newest': ('torch==2.13.0', MMCV_VERSION, 'mmengine==0.10.7',
                'mmdet==3.3.0'),
 }
+#: constraints a stack needs for every install: mmengine before 0.10 calls
+#: yapf's FormatCode(verify=...), which yapf 0.40.2 removed
+STACK_PINS = {'oldest': ('yapf<=0.40.1', )}
 #: the C++ standard each mmcv release compiles its ops with (newer: 17)
 MMCV_CXX = {'2.0': 14}
 #: the oldest torch release with a wheel for Python versions newer than the
@@ -140,7 +143,8 @@ def plan_stack(env=None):
     _, mmcv, mmengine, mmdet = STACKS[name]
     return dict(STACK=name, MMCV_VERSION=env.get('MMSAFE_MMCV') or mmcv,
                 MMENGINE_REQ=env.get('MMSAFE_MMENGINE') or mmengine,
-                MMDET_REQ=env.get('MMSAFE_MMDET') or mmdet)
+                MMDET_REQ=env.get('MMSAFE_MMDET') or mmdet,
+                PINS=' '.join(STACK_PINS.get(name, ())))
 
 
 def plan_torch(env=None, probe=None, gpu=None):
