@@ -10,7 +10,8 @@ data samples' ``gt_instances``) flag a pair whose people are offset
 beyond ``max_offset`` pixels (``pair_objects_offset``); their distribution
 is logged when the measurement ends.
 
-A pair of which one modality is nearly constant (:func:`.stats.near_constant`:
+A pair of which one modality is nearly constant
+(:func:`mmsafe.analysis.flat_images.near_constant`:
 nothing to align, e.g. a 16-bit frame cut to its high byte) is not
 judged: the pairing checks abstain on it, count it and say so when the
 measurement ends; ``FirstBatchStatsHook`` flags the modality itself.
@@ -24,8 +25,8 @@ from mmsafe.analysis.pair_alignment import (alignment_flag,
                                             measure_alignment,
                                             unrelated_message,
                                             unrelated_pairs)
+from mmsafe.analysis.flat_images import NEAR_CONSTANT_STD, near_constant
 from mmsafe.events import log
-from .stats import NEAR_CONSTANT_STD, near_constant
 
 
 def _pair_flag(kind: str, result: dict, message: str) -> dict:

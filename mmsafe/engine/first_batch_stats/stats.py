@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from mmsafe.analysis.flat_images import NEAR_CONSTANT_STD, near_constant
 from .batch import as_modalities, make_flag, raw_image, valid_crop
 from .channels import channel_check
 
@@ -46,22 +47,6 @@ def _identical_flag(raw_mods: dict, out_mods: dict, i: int, shapes: list,
                 f'visible and infrared are the same image up to '
                 f'brightness/contrast (correlation {corr:.5f})')
     return None
-
-
-#: raw standard deviation (grey levels of 0-255 data) below which a
-#: modality is nearly constant; a 16-bit frame of counts 51,300-52,150
-#: decoded to 8 bits has about 0.5
-NEAR_CONSTANT_STD = 2.0
-
-
-def near_constant(raw: Optional[torch.Tensor],
-                  threshold: float) -> Optional[float]:
-    """The standard deviation of a raw image's values when it is below
-    ``threshold`` (the image is nearly constant), else None."""
-    if raw is None or not isinstance(raw, torch.Tensor) or raw.numel() < 2:
-        return None
-    spread = float(raw.double().std())
-    return spread if spread < threshold else None
 
 
 def _near_constant_flag(name: str, raw: torch.Tensor, spread: float, i: int,

@@ -10,9 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from mmsafe.analysis.flat_images import NEAR_CONSTANT_STD, near_constant
 from mmsafe.datasets.walk import leaf_datasets, resolve_index
-from mmsafe.engine.first_batch_stats.stats import (NEAR_CONSTANT_STD,
-                                                   near_constant)
 from mmsafe.errors import MMSafeOSError
 from .checks import (ERROR, WARNING, check_packed, check_raw, class_names,
                      issue, unpack_result)
