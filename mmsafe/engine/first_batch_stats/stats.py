@@ -9,7 +9,7 @@ high byte, 3 grey levels), ``identical`` / ``near_identical`` (visible and
 infrared the same image, or equal up to brightness and contrast), and the
 channel flags of :mod:`.channels`.
 """
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 
