@@ -191,6 +191,31 @@ def test_lambda_in_an_iteration_loop_is_named_before_its_workers(tmp_path):
     _assert_no_process_left(result)
 
 
+def test_under_a_plain_runner_the_probe_says_it_came_late(tmp_path,
+                                                          capsys):
+    """MMEngine's Runner builds MMEngine's IterBasedTrainLoop, which started
+    its workers before before_train: the probe still runs, and says so."""
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    import tests.engine.probe_toys  # noqa: F401  registers the toys
+    text = CONFIG.format(
+        loader="num_workers=1, multiprocessing_context='fork',",
+        dataset='ProbeToyDataset', dataset_args='',
+        probe="loaders=('train', ), timeout=60",
+        train_cfg="type='IterBasedTrainLoop', max_iters=2, val_interval=2",
+        work_dir=str(tmp_path / 'work'))
+    runner = Runner.from_cfg(Config.fromstring(text, '.py'))
+    assert type(runner) is Runner
+    runner.train()
+    out = capsys.readouterr().out
+    assert "the train loop (IterBasedTrainLoop) started its loader's " \
+        'workers when it was built, before this probe' in out
+    assert "runner_type='SafeRunner'" in out
+    (event, ) = read_events(runner.work_dir, 'dataloader_probe')
+    assert (event['loader'], event['result']) == ('train', 'pass')
+
+
 def test_lambda_without_probe_fails_unnamed(tmp_path):
     """The failure the probe prevents: probe='off' crashes in the loop."""
     result = _run(
