@@ -91,9 +91,10 @@ class PreflightContext:
             except ImportError:
                 pass
             # A scope without its own child (mmdet has no FUNCTIONS) builds
-            # from the root registry, as MMEngine's build falls back to.
-            self._registries[name] = base._search_child(
-                self.default_scope) or base
+            # from the root registry, as MMEngine's build falls back to (an
+            # empty child is falsy: a Registry's len is its names').
+            child = base._search_child(self.default_scope)
+            self._registries[name] = base if child is None else child
         return self._registries[name]
 
     def lookup(self, registry_name: str, type_name: str):

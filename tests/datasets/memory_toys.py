@@ -39,7 +39,7 @@ def recipe_dataset(root: str, keep: bool):
     from mmdet.registry import DATASETS
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
-    init_default_scope('mmdet')
+    init_default_scope('mmsafe')
     pipeline = copy.deepcopy(Config.fromfile(BASE).train_pipeline)
     assert pipeline[-1]['type'] == 'KeepFreedMemory', pipeline
     pipeline[0]['reduced_decode'] = None

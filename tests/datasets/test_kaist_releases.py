@@ -53,7 +53,7 @@ def test_cvpr15_xml_tree_builds_with_the_shipped_config(tmp_path):
     root = str(tmp_path) + '/'
     xml_tree(root, XML, {'train-all-02.txt': TRAIN, 'test-all-20.txt': TEST})
     cfg = Config.fromfile(KAIST_CONFIG)
-    init_default_scope('mmdet')
+    init_default_scope('mmsafe')
     for split, frames in (('train_dataloader', TRAIN[:1]),
                           ('test_dataloader', TEST)):
         dataset_cfg = cfg[split].dataset
@@ -254,7 +254,7 @@ def test_sanitized_config_trains_and_tests_on_the_flat_releases(tmp_path):
     write_list(root, 'test-all-20.txt', list(test))
     write_images(root, list(train) + list(test))
     cfg = Config.fromfile(KAIST_CONFIG.replace('.py', '_sanitized.py'))
-    init_default_scope('mmdet')
+    init_default_scope('mmsafe')
     for split, expected in (('train_dataloader', train),
                             ('val_dataloader', test),
                             ('test_dataloader', test)):

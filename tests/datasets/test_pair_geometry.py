@@ -422,7 +422,7 @@ def test_plain_mix_around_a_paired_dataset_is_refused_when_built(
                               dict(type='LoadAnnotations', with_bbox=True)]),
                 pipeline=[step]))
 
-    with DefaultScope.overwrite_default_scope('mmdet'):
+    with DefaultScope.overwrite_default_scope('mmsafe'):
         with pytest.raises(UnpairedTransformError) as info:
             SafeRunner.build_dataloader(loader(mix))
         message = str(info.value)

@@ -15,7 +15,7 @@ import torch
 
 import mmsafe  # noqa: F401  (registers)
 from mmdet.datasets.transforms import PackDetInputs, RandomFlip, Resize
-from mmdet.registry import DATASETS, TRANSFORMS
+from mmsafe.registry import DATASETS, TRANSFORMS
 from mmdet.structures.bbox import BaseBoxes, HorizontalBoxes
 from mmengine.config import Config
 from mmsafe.datasets import ensure_synthetic_llvip

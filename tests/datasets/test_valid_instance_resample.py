@@ -109,7 +109,7 @@ def test_runner_with_workers_counts_replacements(tree, tmp_path, capsys):
              keep_empty=False)
     ] + PIPELINE[2:]
     cfg = Config(dict(
-        default_scope='mmdet',
+        default_scope='mmsafe',
         experiment_name=name,
         work_dir=str(tmp_path / 'work'),
         randomness=dict(seed=11),

@@ -310,7 +310,7 @@ def test_find_unpicklable_names_nested_path():
     from mmsafe.datasets.loader.pickling import find_unpicklable
     from tests.engine.probe_toys import ProbeToyDataset
 
-    with DefaultScope.overwrite_default_scope('mmdet'):
+    with DefaultScope.overwrite_default_scope('mmsafe'):
         ds = ProbeToyDataset(pipeline=[
             dict(type='ProbeToVector'),
             dict(type='ProbeScaleWithLambda', factor=3.0)])

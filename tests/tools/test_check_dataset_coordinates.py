@@ -44,7 +44,7 @@ def _audit(cfg: dict):
     from mmengine.registry import init_default_scope
 
     from mmsafe.tools_lib import dataset_check as dc
-    init_default_scope('mmdet')
+    init_default_scope('mmsafe')
     dataset = DATASETS.build(dict(cfg, pipeline=PIPELINE))
     return dc.audit(dataset, workers=0, progress=False, alignment=False)
 

@@ -449,7 +449,7 @@ def test_load_from_of_this_model_passes(cli, healthy, tmp_path):
     from mmengine.config import Config
     from mmengine.registry import DefaultScope
     from mmdet.registry import MODELS
-    with DefaultScope.overwrite_default_scope('mmdet'):
+    with DefaultScope.overwrite_default_scope('mmsafe'):
         model = MODELS.build(Config.fromfile(healthy).model)
     ckpt = _save(tmp_path / 'mine.pth', dict(
         meta=dict(epoch=1, iter=3), state_dict=model.state_dict()))
