@@ -23,3 +23,20 @@ def config_text_problem() -> Optional[str]:
                 f'({err}): install yapf<=0.40.1 (pip install '
                 '"yapf<=0.40.1") or MMEngine 0.10')
     return None
+
+
+def error_as_raised(err: BaseException) -> BaseException:
+    """The error a component raised while a registry built it.
+
+    MMEngine before 0.8 re-raises an error of ``Registry.build`` as a new
+    one of the same type whose message is the class's location and the
+    original message, with none of the original's attributes (mmsafe's
+    errors carry the file, line, rank ... as attributes); the original is
+    its ``__context__``. Later MMEngine lets the original through: then
+    ``err`` itself is returned.
+    """
+    inner = err.__context__
+    while (inner is not None and type(inner) is type(err)
+           and str(err).endswith(str(inner))):
+        err, inner = inner, inner.__context__
+    return err

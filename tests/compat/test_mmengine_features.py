@@ -30,3 +30,33 @@ def test_an_mmengine_that_passes_verify_to_a_newer_yapf_is_named(
     assert (problem is not None) == passes_verify
     if passes_verify:
         assert 'yapf<=0.40.1' in problem and 'MMEngine 0.10' in problem
+
+
+def test_error_as_raised_is_the_components_own_error():
+    """Whatever MMEngine's build does with an error (0.7 re-raises a copy
+    without attributes), the component's own error is found."""
+    from mmengine.registry import Registry
+
+    from mmsafe.compat.mmengine_features import error_as_raised
+
+    class FileError(ValueError):
+        def __init__(self, message, path=None):
+            super().__init__(message)
+            self.path = path
+
+    toys = Registry('mmsafe compat toy')
+
+    @toys.register_module()
+    class Broken:
+        def __init__(self):
+            raise FileError('bad field in a.xml', path='a.xml')
+
+    try:
+        toys.build(dict(type='Broken'))
+    except FileError as err:
+        original = error_as_raised(err)
+    assert isinstance(original, FileError)
+    assert original.path == 'a.xml'
+    assert str(original) == 'bad field in a.xml'
+    plain = ValueError('not from a build')
+    assert error_as_raised(plain) is plain

@@ -22,9 +22,13 @@ SIZE = (64, 48)
 
 
 def _build(cfg: dict):
+    from mmsafe.compat.mmengine_features import error_as_raised
     from mmsafe.registry import DATASETS
-    return DATASETS.build(dict(dict(serialize_data=False, pipeline=[],
-                                    _scope_='mmsafe'), **cfg))
+    try:
+        return DATASETS.build(dict(dict(serialize_data=False, pipeline=[],
+                                        _scope_='mmsafe'), **cfg))
+    except Exception as err:  # the dataset's own error, on every MMEngine
+        raise error_as_raised(err)
 
 
 # ------------------------------------------------------------ VOC formats

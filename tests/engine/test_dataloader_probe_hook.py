@@ -44,6 +44,7 @@ default_hooks = dict(
 custom_hooks = [dict(type='DataLoaderProbeHook', {probe}),
                 dict(type='RecordLoaderHook')]
 randomness = dict(seed=0)
+env_cfg = dict(dist_cfg=dict(backend='nccl'))  # MMEngine 0.7 has no default
 work_dir = '{work_dir}'
 """
 

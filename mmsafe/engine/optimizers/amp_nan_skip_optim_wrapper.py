@@ -135,7 +135,13 @@ class AmpNaNSkipOptimWrapper(NaNSkipOptimWrapper):
         return True
 
     def _backward(self, loss: torch.Tensor, **kwargs) -> None:
-        self.loss_scaler.scale(loss).backward(**kwargs)
+        scaled = self.loss_scaler.scale(loss)
+        if kwargs.get('gradient') is not None:
+            # the scale is a 1-element tensor: the scaled loss of a 0-d
+            # loss has shape (1,), and torch 2.0 takes only a seed of the
+            # output's own shape
+            kwargs['gradient'] = kwargs['gradient'].reshape(scaled.shape)
+        scaled.backward(**kwargs)
 
     def _scaling(self) -> bool:
         return self.loss_scaler.is_enabled()

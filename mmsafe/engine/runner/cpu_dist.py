@@ -10,6 +10,7 @@ model without ``device_ids``. With CUDA, MMEngine's own code runs.
 import os
 import subprocess
 from datetime import timedelta
+from typing import Optional
 
 import torch
 import torch.distributed as torch_dist
@@ -99,12 +100,16 @@ def init_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     torch_dist.init_process_group(backend=backend, **cfg)
 
 
-def dist_env_cfg(env_cfg: dict, distributed: bool, launcher: str) -> dict:
+def dist_env_cfg(env_cfg: Optional[dict], distributed: bool,
+                 launcher: str) -> dict:
     """``env_cfg`` for MMEngine's ``setup_env``: a distributed run that has
     no process group yet gets a finite default timeout
     (:func:`with_default_timeout`), and without CUDA its process group is
     started here on gloo (MMEngine's ``setup_env`` then finds it
-    initialised)."""
+    initialised). No ``env_cfg`` (``None``: MMEngine 0.7's ``from_cfg``
+    passes the config's missing key as is) is MMEngine's default."""
+    if env_cfg is None:
+        env_cfg = dict(dist_cfg=dict(backend='nccl'))
     if not distributed or is_distributed():
         return env_cfg
     env_cfg = dict(env_cfg)
