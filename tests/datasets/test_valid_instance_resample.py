@@ -111,6 +111,7 @@ def test_runner_with_workers_counts_replacements(tree, tmp_path, capsys):
     cfg = Config(dict(
         default_scope='mmsafe',
         experiment_name=name,
+        env_cfg=dict(dist_cfg=dict(backend='nccl')),  # MMEngine 0.7
         work_dir=str(tmp_path / 'work'),
         randomness=dict(seed=11),
         model=dict(type='ResampleToyPairDetector',

@@ -15,8 +15,11 @@ from tests.engine.ckpt_toys_cfg import TOY_CONFIG
 
 @pytest.fixture
 def yapf_runs(monkeypatch):
-    """Counts MMEngine's calls of yapf."""
+    """Counts MMEngine's calls of yapf (after mmsafe's import, whose
+    dependency check may format a one-line config)."""
     import mmengine.config.config as config_module
+
+    import mmsafe  # noqa: F401
     calls = []
     format_code = config_module.FormatCode
 

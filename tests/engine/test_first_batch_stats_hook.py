@@ -54,6 +54,7 @@ def _run(tmp_path, data_root, preprocessor=None, hook=None, iters=2,
     cfg = Config(dict(
         default_scope='mmsafe',
         experiment_name=name,
+        env_cfg=dict(dist_cfg=dict(backend='nccl')),  # MMEngine 0.7
         work_dir=str(tmp_path / 'work'),
         model=dict(type='FirstBatchToyPairDetector', data_preprocessor=pre),
         train_dataloader=dict(

@@ -29,7 +29,8 @@ class PackPairedDetInputs(PackDetInputs):
              data_samples=DetDataSample)
 
     ``gt_instances`` / ``ignored_instances`` and the meta keys are packed as
-    PackDetInputs does; the default meta keys add ``ir_img_path``. The
+    PackDetInputs does (of MMDetection 3.3: a meta key the results do not
+    hold is left out); the default meta keys add ``ir_img_path``. The
     tensors keep the images' dtype (uint8 from LoadPairedImageFromFile);
     both are the tensor PackDetInputs makes of an image, converted by
     :func:`image_to_tensor`.
@@ -70,14 +71,14 @@ class PackPairedDetInputs(PackDetInputs):
                 'modality only; use the Paired* transforms (or '
                 'PairedGeometric) for every geometric step.')
         if 'img' in self.meta_keys:
-            packed = super().transform(results)
+            packed = self._pack(results)
             visible = packed['inputs']
         else:
             # the annotations and meta keys as PackDetInputs packs them;
             # the image converted here
             img = results.pop('img')
             try:
-                packed = super().transform(results)
+                packed = self._pack(results)
             finally:
                 results['img'] = img
             visible = image_to_tensor(img)
@@ -87,3 +88,16 @@ class PackPairedDetInputs(PackDetInputs):
             packed['data_samples'].set_metainfo(
                 {BIT_DEPTH_KEY: results[BIT_DEPTH_KEY]})
         return packed
+
+    def _pack(self, results: dict) -> dict:
+        """PackDetInputs on ``results``, with the meta keys that ``results``
+        holds (a test pipeline has no flip, a pipeline without a resize no
+        ``scale_factor``): MMDetection 3.3 packs those and skips the rest,
+        3.0 to 3.2 refuse a missing one; mmsafe packs as 3.3 does on
+        each."""
+        configured = self.meta_keys
+        self.meta_keys = tuple(k for k in configured if k in results)
+        try:
+            return super().transform(results)
+        finally:
+            self.meta_keys = configured

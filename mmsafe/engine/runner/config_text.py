@@ -8,9 +8,9 @@ takes about 0.5 s for a small detector config on one CPU core, and seconds
 for a config whose long strings overflow its lines.
 
 :func:`formatted_once` gives the Runner a copy of the config whose
-``pretty_text`` keeps the last text it formatted, keyed by the text before
-yapf (what MMEngine hands yapf, a few milliseconds to make). The text read
-is therefore always the one MMEngine would format from the config as it is
+``pretty_text`` keeps the last text it formatted, keyed by the config's
+content (the ``repr`` of its dict, a millisecond to make). The text read is
+therefore always the one MMEngine would format from the config as it is
 then; a change to the config makes a new text.
 """
 import copy
@@ -25,28 +25,32 @@ class FormattedOnceConfig(Config):
 
     @property
     def pretty_text(self) -> str:
-        unformatted = Config(self.to_dict(),
-                             format_python_code=False).pretty_text
+        # the content, of which MMEngine's text is a function
+        content = repr(self.to_dict())
         cached = self.__dict__.get('_mmsafe_formatted')
-        if cached is not None and cached[0] == unformatted:
+        if cached is not None and cached[0] == content:
             return cached[1]
         text = super().pretty_text
         # Config.__setattr__ writes into the config's dict: set the
         # attribute on the object, as Config does for its own state.
-        object.__setattr__(self, '_mmsafe_formatted', (unformatted, text))
+        object.__setattr__(self, '_mmsafe_formatted', (content, text))
         return text
 
 
 def formatted_once(cfg) -> Optional[Config]:
     """A copy of ``cfg`` as a :class:`FormattedOnceConfig` (the same
-    content, file name, text and formatting setting), or ``cfg`` itself
-    when it is not a :class:`mmengine.config.Config` (``None`` or a plain
-    ``dict``, which the Runner turns into a Config of its own) or already
-    is one."""
-    if not isinstance(cfg, Config) or isinstance(cfg, FormattedOnceConfig):
+    content, file name, text and formatting setting); a plain ``dict``
+    (what MMEngine 0.7's runner builder hands ``from_cfg``) becomes one as
+    the Runner would make a Config of it; ``None`` and a
+    :class:`FormattedOnceConfig` are returned as they are."""
+    if cfg is None or isinstance(cfg, FormattedOnceConfig):
         return cfg
-    once = FormattedOnceConfig.__new__(FormattedOnceConfig)
-    # Config's pickling state: its dict, file name, text, environment
-    # variables, formatting setting and imported names.
-    once.__setstate__(copy.deepcopy(cfg.__getstate__()))
+    if not isinstance(cfg, Config):
+        return FormattedOnceConfig(cfg) if isinstance(cfg, dict) else cfg
+    # Config's deep copy keeps every attribute of the object (its dict,
+    # file name, text, environment variables ... as each MMEngine release
+    # has them; MMEngine 0.7's __setstate__ puts the environment variables
+    # in place of the text), then the class says how to format it.
+    once = copy.deepcopy(cfg)
+    object.__setattr__(once, '__class__', FormattedOnceConfig)
     return once

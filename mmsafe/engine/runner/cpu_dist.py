@@ -100,16 +100,22 @@ def init_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     torch_dist.init_process_group(backend=backend, **cfg)
 
 
+def env_cfg_or_default(env_cfg: Optional[dict]) -> dict:
+    """``env_cfg``, or MMEngine's default when a config has none (MMEngine
+    0.7's ``Runner.from_cfg`` passes the missing key as ``None``, which its
+    ``Runner`` cannot take)."""
+    return dict(dist_cfg=dict(backend='nccl')) if env_cfg is None \
+        else env_cfg
+
+
 def dist_env_cfg(env_cfg: Optional[dict], distributed: bool,
                  launcher: str) -> dict:
     """``env_cfg`` for MMEngine's ``setup_env``: a distributed run that has
     no process group yet gets a finite default timeout
     (:func:`with_default_timeout`), and without CUDA its process group is
     started here on gloo (MMEngine's ``setup_env`` then finds it
-    initialised). No ``env_cfg`` (``None``: MMEngine 0.7's ``from_cfg``
-    passes the config's missing key as is) is MMEngine's default."""
-    if env_cfg is None:
-        env_cfg = dict(dist_cfg=dict(backend='nccl'))
+    initialised)."""
+    env_cfg = env_cfg_or_default(env_cfg)
     if not distributed or is_distributed():
         return env_cfg
     env_cfg = dict(env_cfg)

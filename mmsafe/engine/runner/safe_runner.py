@@ -29,7 +29,8 @@ from mmsafe.registry_help import announce_scope
 from .checkpoints import (RunCheckpoints, atomic_save_args,
                           with_atomic_checkpoint_hook)
 from .config_text import formatted_once
-from .cpu_dist import cpu_ddp_wrapper_cfg, dist_env_cfg, wraps_on_cpu
+from .cpu_dist import (cpu_ddp_wrapper_cfg, dist_env_cfg, env_cfg_or_default,
+                       wraps_on_cpu)
 from .crash import CrashPath, add_rank_fault_hook
 from .dataloader import guard_built_loader
 from .run_loops import BuiltLoops, resumable_train_loop
@@ -101,6 +102,7 @@ class SafeRunner(Runner):
         arguments = dict(given.arguments)
         del arguments['self']
         arguments['cfg'] = formatted_once(arguments['cfg'])
+        arguments['env_cfg'] = env_cfg_or_default(arguments['env_cfg'])
         super().__init__(**arguments)
         announce_scope()  # names a project registered after mmsafe's import
         run_context(self).events.bind(self.work_dir)
