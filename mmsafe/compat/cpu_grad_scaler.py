@@ -102,7 +102,10 @@ class CpuGradScaler(_TorchGradScaler):
                     nonfinite = (~torch.isfinite(grad)).any()
                     found_inf.copy_(torch.maximum(
                         found_inf, nonfinite.to(found_inf.dtype)))
-                    grad.mul_(inv_scale.to(grad.device))
+                    # 0-d: a 0-d gradient (a scalar parameter such as a
+                    # learned temperature) takes no (1,)-shaped factor in
+                    # place
+                    grad.mul_(inv_scale.to(grad.device).reshape(()))
         return {found_inf.device: found_inf}
 
     def update(self, new_scale=None) -> None:

@@ -131,9 +131,11 @@ def test_records_that_disagree_with_the_pickle(saved):
              'never uses')
     _refused(_rewrite(saved, [r for r in records if r[0] != storage]),
              'no data/ record')
-    byteorder = next(n for n in by_name if n.endswith('/byteorder'))
-    _refused(_rewrite(saved, changed(byteorder, b'big')),
-             "byte order b'big'")
+    byteorder = next((n for n in by_name if n.endswith('/byteorder')),
+                     None)  # torch 2.0 writes no byteorder record
+    if byteorder is not None:
+        _refused(_rewrite(saved, changed(byteorder, b'big')),
+                 "byte order b'big'")
     version = next(n for n in by_name if n.endswith('/version'))
     _refused(_rewrite(saved, changed(version, b'7\n')), 'format version')
     _refused(_rewrite(saved, records, compress={storage}),
