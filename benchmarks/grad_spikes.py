@@ -157,7 +157,6 @@ def grad_norm_and_loss(model, batch: dict):
 
 def measure(runner, batches: List[dict], label: str, sigmas: float,
             window_norms: List[float]) -> None:
-    import torch
     model = runner.model
     buffers = copy.deepcopy({k: v for k, v in model.state_dict().items()})
     clean = []
@@ -195,7 +194,6 @@ def measure(runner, batches: List[dict], label: str, sigmas: float,
         print(f'  {name:<15} {statistics.median(ratios):>16.4g} '
               f'{min(ratios):>13.4g} {statistics.median(loss_ratios):>16.4g} '
               f"{f'{caught}/{len(batches)}' if rule else '-':>8}")
-    torch.set_grad_enabled(True)
 
 
 def healthy_verdicts(norms: List[float], window: int,

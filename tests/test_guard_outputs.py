@@ -51,7 +51,8 @@ MMSAFE_GUARDS = {
     'RankFaultHook', 'SafeRunner', 'PreemptionHook',
     'mmsafe.checkpoint.resume', 'ResumePlan', 'FirstBatchStatsHook',
     'ValidInstanceResampleHook', 'LossDictLintHook', 'ScalarBandsHook',
-    'SkipAwareParamSchedulerHook', 'mmsafe.datasets.pairing'}
+    'SkipAwareParamSchedulerHook', 'mmsafe.datasets.pairing',
+    'DivergenceRollbackHook'}
 
 
 def _constants(namespace):

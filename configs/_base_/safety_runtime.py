@@ -36,6 +36,17 @@ runner_type = 'SafeRunner'
 # custom_hooks to set policy='raise'.
 mmsafe_peer_grace = 10
 
+# Gradient-norm spikes, for the NaN-skip optim wrappers (the
+# `optim_wrapper = dict(type='NaNSkipOptimWrapper')` line above, or
+# AmpNaNSkipOptimWrapper / --amp): a step whose global gradient norm is above
+# mean + 6 std of the last 128 applied steps (OLMo-core's rule) and 20x their
+# mean (healthy detection steps were measured up to 13.8x) is skipped on every
+# rank like a NaN step, with no communication added; judged once 128 steps were
+# applied. The log and the event log name the batch's files, value ranges and
+# boxes. `mmsafe_spike_skip = None` turns it off; optim_wrapper.spike_skip
+# (False or a dict) wins over this line.
+mmsafe_spike_skip = dict(window=128, sigmas=6.0, min_ratio=20.0)
+
 # Extra objects a checkpoint may hold beyond what MMEngine/MMDetection need
 # (dotted names). Empty = refuse anything else. Only for files you trust;
 # weights_only stays on. Same as MMSAFE_TRUSTED_GLOBALS=a.B,c.D.
@@ -60,11 +71,18 @@ custom_hooks = [
     # Counts samples that ValidInstanceResampleDataset replaced (idle without
     # that wrapper).
     dict(type='ValidInstanceResampleHook'),
-    # {work_dir}/safety_report.json + a log table, at the end and on a crash.
+    # {work_dir}/safety_report.json + a log table, at the end and on a crash;
+    # it lists the images named in 2+ skipped steps (repeated offenders).
     dict(type='SafetyReportHook'),
     # SIGTERM / SIGINT / SIGUSR1 (Ctrl+C, Ctrl+Break on Windows): every rank
     # stops at the same iteration (at most one log interval later), saves
     # {work_dir}/preempted_iter_N.pth and exits with code 75; `--resume`
     # continues exactly there.
     dict(type='PreemptionHook'),
+    # Off unless configured: a diverging run (more than 5 unstable skips in
+    # 50 iterations, or the loss above 2x its rolling median for 5
+    # iterations) goes back to its last good snapshot, past the data that
+    # preceded it, at most 3 times. Turn it on in your config with
+    #   custom_hooks = _base_.custom_hooks + [
+    #       dict(type='DivergenceRollbackHook')]
 ]

@@ -17,6 +17,13 @@ the loop:
   state at the stop, and trains the remaining batches with the batch
   indices they had (the logger shows ``[k/N]`` as in the run that stopped).
 
+**Going back** (:meth:`ResumableEpochBasedTrainLoop.rewind_to`, used by
+:class:`~mmsafe.engine.hooks.DivergenceRollbackHook` after it restored an
+earlier state): the loop's count of completed iterations is set back; the
+batches keep coming from where the loader is, so the data that preceded
+the rollback is not trained again in this pass, and the epoch count goes
+on.
+
 ``IterBasedTrainLoop`` replays on a resume already (from the first
 iteration); :class:`ResumableIterBasedTrainLoop` only adds the generators
 and the report at the end of that replay. Without a plan both loops are
@@ -68,15 +75,44 @@ def prepare_loop_loader(runner, name: str, loader: Any) -> Any:
     return loader
 
 
+class _Rewindable:
+    """The iteration count of a train loop, set back by a rollback."""
+
+    #: the loop supports :meth:`rewind_to`
+    rewindable = True
+
+    def rewind_to(self, done: int) -> None:
+        """Count ``done`` completed iterations once the iteration under way
+        ends. Call it from ``after_train_iter``: MMEngine's ``run_iter``
+        then adds the iteration under way, so the next iteration is
+        iteration ``done`` (``runner.iter == done``). The epoch count and
+        the loader's position are unchanged.
+
+        Args:
+            done (int): completed iterations after the current one ends,
+                at most the current count.
+
+        Raises:
+            ValueError: ``done`` is negative or ahead of the loop.
+        """
+        done = int(done)
+        if done < 0 or done > self._iter + 1:
+            from mmsafe.errors import MMSafeValueError
+            raise MMSafeValueError(
+                f'rewind_to({done}): the loop is at iteration {self._iter}')
+        self._iter = done - 1
+
+
 def _pending_plan(runner) -> Optional[Any]:
     plan = run_context(runner).resume_plan
     return None if plan is None or plan.done else plan
 
 
 @LOOPS.register_module()
-class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
+class ResumableEpochBasedTrainLoop(_Rewindable, EpochBasedTrainLoop):
     """``EpochBasedTrainLoop`` that continues a resumed epoch after the
-    batch where it stopped (see the module docstring)."""
+    batch where it stopped, and whose iteration count a rollback can set
+    back (see the module docstring)."""
 
     continues_inside_epoch = True
     replays_from_epoch_start = True
@@ -130,7 +166,7 @@ class _CountingIterator:
 
 
 @LOOPS.register_module()
-class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
+class ResumableIterBasedTrainLoop(_Rewindable, IterBasedTrainLoop):
     """``IterBasedTrainLoop`` whose resume replay ends with the random
     generators of the stop (see the module docstring).
 

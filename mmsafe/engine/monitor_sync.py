@@ -219,6 +219,12 @@ class MonitorSync:
         }
         return dict(self._last_values)
 
+    def rewound(self) -> None:
+        """Forget which iteration synced last: the run's iteration count
+        was set back (a rollback), so iteration numbers come again and
+        each must sync afresh. Call it on every rank alike."""
+        self._last_sync_iter = None
+
     def last(self, name: str, default: float = 0.0) -> float:
         """Summed value of ``name`` at the latest sync."""
         return self._last_values.get(name, default)

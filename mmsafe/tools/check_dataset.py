@@ -14,8 +14,13 @@ spacing)::
     python tools/check_dataset.py CONFIG [--split train|val|test]
         [--cfg-options k=v ...] [--json OUT.json] [--workers N]
         [--show-dir DIR [--show N]] [--strict] [--max-offset PX]
+        [--files LIST]
     python tools/check_dataset.py CONFIG --stats [--stats-samples N]
         [--workers N] [--json OUT.json]
+
+``--files`` checks only the samples that a file names: a training run's
+``mmsafe_events.jsonl`` (the images of its skipped steps and rollbacks),
+its ``safety_report.json`` (the repeated offenders) or a list of paths.
 
 ``--stats`` computes each modality's per-channel mean and std over the
 split's images as loaded, their bit depth and value range, and prints the
@@ -53,6 +58,13 @@ def parse_args(argv=None):
                         help='DataLoader worker processes (0: in-process)')
     parser.add_argument('--limit', type=int,
                         help='check only the first N samples')
+    parser.add_argument('--files', metavar='LIST',
+                        help='check only the samples whose visible or '
+                        'infrared image LIST names: a training run\'s '
+                        'mmsafe_events.jsonl (the images of its skipped '
+                        'steps and rollbacks), its safety_report.json (the '
+                        'repeated offenders), or a text file with one path '
+                        'per line')
     parser.add_argument('--box-tolerance', type=float, default=1.0,
                         help='pixels a box may reach past the image border '
                         'as a warning (box_past_border) before it is an '
@@ -118,6 +130,19 @@ def main(argv=None) -> int:
         report = dc.add_findings(dc.build_failure_report(
             exc, dc.dataset_config(cfg, args.split)), static)
         dataset = None
+    indices = None
+    if dataset is not None and args.files:
+        from mmsafe.tools_lib.dataset_check.file_list import (
+            read_file_list, select_indices)
+        indices, unmatched = select_indices(dataset,
+                                            read_file_list(args.files))
+        print_log(f'[mmsafe] check_dataset --files: {len(indices)} samples '
+                  f'of the {args.split} split named in {args.files}' +
+                  (f'; not in the split: {unmatched[:10]}' +
+                   (f' and {len(unmatched) - 10} more'
+                    if len(unmatched) > 10 else '') if unmatched else ''),
+                  logger='current',
+                  level=logging.WARNING if unmatched else logging.INFO)
     if dataset is not None:
         report = dc.audit(
             dataset,
@@ -130,7 +155,8 @@ def main(argv=None) -> int:
             seed=args.seed,
             findings=static + findings,
             alignment=not args.no_alignment,
-            max_offset=args.max_offset)
+            max_offset=args.max_offset,
+            indices=indices)
         report['annotations'] = dc.annotation_summary(dataset)
     report.update(config=args.config, split=args.split)
     if dataset is None:

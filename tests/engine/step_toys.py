@@ -139,3 +139,40 @@ class StepDumpHook(Hook):
                  records=self.records, last_iter=runner.iter,
                  counters=dict(getattr(wrapper, 'counters', {}) or {})),
             osp.join(runner.work_dir, f'step_dump_rank{get_rank()}.pt'))
+
+
+@HOOKS.register_module()
+class LrSpikeHook(Hook):
+    """Multiplies every learning rate by ``factor`` for the iterations whose
+    position in the run (counted by this hook, rolled-back iterations
+    included) is in ``at``, or from ``at[0]`` on with ``lasting``: a
+    schedule mistake that a rollback leaves behind, or one that stays.
+
+    Its ``after_train_iter`` runs first, so the schedulers step the
+    learning rate they would have stepped."""
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, at: Sequence[int] = (), factor: float = 1000.0,
+                 lasting: bool = False) -> None:
+        self.at = [int(i) for i in at]
+        self.factor = float(factor)
+        self.lasting = lasting
+        self.executed = 0
+        self._raised = False
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        hit = self.executed in self.at or (
+            self.lasting and self.at and self.executed >= self.at[0])
+        if hit:
+            for group in runner.optim_wrapper.optimizer.param_groups:
+                group['lr'] *= self.factor
+        self._raised = hit
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
+        if self._raised:
+            for group in runner.optim_wrapper.optimizer.param_groups:
+                group['lr'] /= self.factor
+        self._raised = False
+        self.executed += 1

@@ -11,6 +11,10 @@ Half of the synthetic images hold no person, so
 background-only batches occur (asserted), and they must train as MMEngine
 trains them.
 
+The guards-on runs judge gradient-norm spikes (``mmsafe_spike_skip``,
+with a window of 8 steps so that half of the 16 steps are judged): none is
+skipped, and the weights stay the same.
+
 The guards-on runs also count, per iteration, the Python-level collectives
 of the whole process and the host synchronisations of mmsafe's guard code
 (``tests/engine/identity_toys.py``): a healthy step adds no collective
@@ -57,6 +61,8 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval={log_interval}),
     checkpoint=dict(type='CheckpointHook', interval=100000))
 custom_hooks = {hooks}
+# the fragment's spike rule, judged from the 9th step on in these short runs
+mmsafe_spike_skip = dict(window=8, sigmas=6.0, min_ratio=20.0)
 {runner}
 """
 
@@ -110,9 +116,12 @@ def test_guards_leave_a_healthy_run_bit_identical(tmp_path_factory, mode):
     _, off, off_dumps = _run(tmp_path_factory, mode, guards=False)
     nproc = MODES[mode][0]
 
-    # Background-only batches happened, and trained: no step was skipped.
+    # Background-only batches happened, and trained: no step was skipped,
+    # the spike rule judging the last half of the steps.
     assert read_events(on_dir, 'empty_batch'), on
     assert on_dumps[0]['counters']['skipped'] == 0, on
+    assert 'is skipped (mmsafe_spike_skip; judged once 8 steps were ' \
+        'applied)' in on.output, on
     assert on_dumps[0]['last_iter'] == off_dumps[0]['last_iter'] == MAX_ITERS
     if MODES[mode][1]:
         assert 'DataLoaderProbeHook: the train loader passed' in on.output

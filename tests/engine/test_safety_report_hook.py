@@ -209,3 +209,27 @@ def test_sections_refuse_a_name_that_is_no_registered_guard():
     for name in ('NaNSkipOptimWrapper', 'AmpNaNSkipOptimWrapper',
                  'HangWatchdogHook', 'ScalarBandsHook', 'SafeRunner'):
         assert name in message, name
+
+
+def test_repeated_offenders_are_images_named_in_two_skipped_steps():
+    from mmsafe.engine.hooks.safety_report_hook import repeated_offenders
+    events = [
+        # the culprit comes round each epoch with other batch mates
+        dict(kind='step_skip', iter=10, epoch=0, time=1.0, rank=0,
+             reasons=['grad_spike'], files=['a.jpg | ir/a.jpg', 'b.jpg']),
+        dict(kind='step_skip', iter=85, epoch=1, time=2.0, rank=1,
+             reasons=['grad_spike'], files=['c.jpg', 'a.jpg | ir/a.jpg']),
+        dict(kind='step_skip', iter=160, epoch=2, time=3.0, rank=0,
+             reasons=['nonfinite_loss'], files=['a.jpg | ir/a.jpg']),
+        # a rolled-back run meets iteration 85 again: another step
+        dict(kind='step_skip', iter=85, epoch=1, time=4.0, rank=0,
+             reasons=['grad_spike'], files=['b.jpg']),
+        dict(kind='empty_batch', iter=3, files=['c.jpg', 'c.jpg']),
+    ]
+    found = repeated_offenders(events)
+    assert [(o['file'], o['skips']) for o in found] == [
+        ('a.jpg | ir/a.jpg', 3), ('b.jpg', 2)]
+    assert found[0]['iters'] == [10, 85, 160]
+    assert found[0]['epochs'] == [0, 1, 2]
+    assert found[0]['reasons'] == ['grad_spike', 'nonfinite_loss']
+    assert repeated_offenders(events, min_skips=3) == found[:1]

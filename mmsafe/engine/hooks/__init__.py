@@ -12,3 +12,4 @@ from .valid_instance_resample_hook import ValidInstanceResampleHook  # noqa: F40
 from .skip_aware_param_scheduler_hook import SkipAwareParamSchedulerHook  # noqa: F401
 from .rank_fault_hook import RankFaultHook  # noqa: F401
 from .preemption_hook import PreemptionHook  # noqa: F401
+from .divergence_rollback_hook import DivergenceRollbackHook  # noqa: F401

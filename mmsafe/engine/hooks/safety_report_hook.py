@@ -17,7 +17,7 @@ from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
 from mmsafe.guard_outputs import (SECTION_ORDER, Counter, DeclaredOutputs,
-                                  Section, collect)
+                                  Event, Section, collect)
 
 REPORT_FILE = 'safety_report.json'
 
@@ -33,7 +33,14 @@ class SafetyReportHook(Hook):
       (:data:`mmsafe.events.INFO_PREFIX`; one key per guard, published with
       :func:`mmsafe.events.update_counters`), from every rank;
     * every record of ``{work_dir}/mmsafe_events.jsonl`` (all ranks and all
-      earlier attempts of the run, e.g. before a resume).
+      earlier attempts of the run, e.g. before a resume);
+    * the **repeated offenders**: the images named in two or more skipped
+      optimizer steps (``step_skip`` events, every rank), with the
+      iterations and epochs of those steps, most frequent first. A batch
+      mate is named once; an image that spikes the gradient whenever it
+      comes round is named at every epoch
+      (``tools/check_dataset.py CONFIG --files safety_report.json`` checks
+      them).
 
     Both are grouped into sections (rank faults, skipped steps by cause,
     empty batches, loader fallbacks, watchdog events, MACL check,
@@ -267,6 +274,7 @@ class SafetyReport:
             ended=time.time(),
             duration_s=round(time.time() - started, 3),
             summary=summary,
+            repeated_offenders=repeated_offenders(events),
             counters=counters,
             events=dict(file=osp.join(runner.work_dir, EVENTS_FILE),
                         total=len(events), by_kind=by_kind),
@@ -296,6 +304,16 @@ class SafetyReport:
                     not section['counters']:
                 continue
             lines.append(f'  {name:<17}: {self._describe(section)}')
+        offenders = report.get('repeated_offenders') or []
+        if offenders:
+            shown = '; '.join(
+                f"{o['file']} ({o['skips']} skips: iterations "
+                f"{', '.join(str(i + 1) for i in o['iters'][:4])})"
+                for o in offenders[:self.max_causes])
+            more = len(offenders) - self.max_causes
+            lines.append(f'  {"repeat offenders":<17}: {len(offenders)} '
+                         f'images named in 2+ skipped steps: {shown}' +
+                         (f' and {more} more' if more > 0 else ''))
         return '\n'.join(lines)
 
     def _describe(self, section: Dict[str, Any]) -> str:
@@ -342,6 +360,44 @@ def _read_events(work_dir: Optional[str]) -> List[Dict[str, Any]]:
             if isinstance(record, dict):
                 records.append(record)
     return records
+
+
+def repeated_offenders(events: List[Dict[str, Any]],
+                       min_skips: int = 2) -> List[Dict[str, Any]]:
+    """The images named in at least ``min_skips`` skipped optimizer steps.
+
+    Args:
+        events (list[dict]): records of the events file (every rank).
+        min_skips (int): skipped steps an image must be named in.
+
+    Returns:
+        list[dict]: per image ``file``, ``skips`` (distinct skipped steps),
+        ``iters`` and ``epochs`` (sorted, 0-based) and ``reasons``, most
+        skips first.
+    """
+    seen: Dict[str, Dict[str, Any]] = {}
+    for record in events:
+        if record.get('kind') != Event.STEP_SKIP:
+            continue
+        it = record.get('iter')
+        for name in record.get('files') or []:
+            entry = seen.setdefault(str(name), dict(steps=set(), iters=set(),
+                                                    epochs=set(),
+                                                    reasons=set()))
+            # a rolled-back run may see an iteration number twice: the
+            # event's time tells the steps apart
+            entry['steps'].add((it, record.get('time')))
+            if it is not None:
+                entry['iters'].add(int(it))
+            if record.get('epoch') is not None:
+                entry['epochs'].add(int(record['epoch']))
+            entry['reasons'].update(str(r) for r in
+                                    record.get('reasons') or [])
+    found = [dict(file=name, skips=len(e['steps']),
+                  iters=sorted(e['iters']), epochs=sorted(e['epochs']),
+                  reasons=sorted(e['reasons']))
+             for name, e in seen.items() if len(e['steps']) >= min_skips]
+    return sorted(found, key=lambda o: (-o['skips'], o['file']))
 
 
 def _causes(record: Dict[str, Any]) -> List[str]:

@@ -131,7 +131,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
             exactly 0 (reason ``zero_grad``). Defaults to True.
         spike_skip (bool | dict, optional): skip gradient-norm spikes:
             True for the defaults, or a dict of ``window`` (steps, default
-            128), ``sigmas`` (default 6) and ``min_ratio`` (default 2);
+            128), ``sigmas`` (default 6) and ``min_ratio`` (default 20);
             False turns it off whatever the run's config says. None (the
             default) leaves it to the run's ``mmsafe_spike_skip`` config
             key (off without one).
