@@ -2,24 +2,32 @@
 #   make demo   set up .venv, then train the CPU demo (visible + infrared, MACL)
 #   make test   set up .venv, then run the whole test suite
 #   make test-fast    only the in-process tests (no training, DDP, workers)
-#   make test-newest  the whole suite on the newest torch that CI tests, in
-#                     its own venv (.venv-newest; NEWEST_TORCH chooses)
-# .venv holds the default stack (tools/setup_env.sh: torch 2.1.2, for which
-# OpenMMLab publishes prebuilt mmcv; MMSAFE_TORCH=... chooses another).
+#   make test-oldest  the whole suite on the oldest supported stack, in its
+#                     own venv (.venv-oldest: torch 2.0.1, mmcv 2.0.1,
+#                     mmengine 0.7.4, mmdet 3.0.0), as CI does
+#   make test-newest  the whole suite on the newest stack CI tests, in its
+#                     own venv (.venv-newest: the newest torch mmcv builds
+#                     against, mmcv 2.1.0, mmengine 0.10.7, mmdet 3.3.0)
+# .venv holds the default stack (tools/setup_env.sh: torch 2.1.2, mmcv
+# 2.1.0, mmdet 3.3, for which OpenMMLab publishes prebuilt mmcv;
+# MMSAFE_TORCH=... chooses another torch). tools/setup_plan.py names the
+# stacks.
 # TEST_WORKERS: pytest-xdist workers for `make test` (0 runs serially).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_CONFIG ?= configs/llvip/demo_cpu.py
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
+OLDEST_VENV ?= .venv-oldest
 NEWEST_VENV ?= .venv-newest
-NEWEST_TORCH ?= torch==2.13.0
+# another torch for the newest venv (default: the newest stack's)
+NEWEST_TORCH ?=
 
-.PHONY: setup demo test test-fast test-newest clean
+.PHONY: setup demo test test-fast test-oldest test-newest clean
 
-# SETUP_TORCH reaches the set-up only (not the tests' environment).
+# SETUP_STACK and SETUP_TORCH reach the set-up only (not the tests).
 setup:
-	MMSAFE_VENV="$(abspath $(VENV))" $(if $(SETUP_TORCH),MMSAFE_TORCH="$(SETUP_TORCH)") bash tools/setup_env.sh
+	MMSAFE_VENV="$(abspath $(VENV))" $(if $(SETUP_STACK),MMSAFE_STACK="$(SETUP_STACK)") $(if $(SETUP_TORCH),MMSAFE_TORCH="$(SETUP_TORCH)") bash tools/setup_env.sh
 
 demo: setup
 	$(PY) tools/train.py $(DEMO_CONFIG)
@@ -33,8 +41,11 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest tests -q -rs -p no:cacheprovider --timeout=900 -m "not slow" $(PYTEST_ARGS)
 
+test-oldest:
+	$(MAKE) test VENV="$(OLDEST_VENV)" SETUP_STACK=oldest
+
 test-newest:
-	$(MAKE) test VENV="$(NEWEST_VENV)" SETUP_TORCH="$(NEWEST_TORCH)"
+	$(MAKE) test VENV="$(NEWEST_VENV)" SETUP_STACK=newest $(if $(NEWEST_TORCH),SETUP_TORCH="$(NEWEST_TORCH)")
 
 clean:
 	rm -rf work_dirs .pytest_cache
