@@ -471,3 +471,72 @@ def test_plan_mmcv_says_when_this_torch_cannot_build_mmcv(monkeypatch):
     monkeypatch.setattr(sp, 'aten_cxx_standard', lambda folder: 17)
     assert sp.plan_mmcv(env=dict(MMSAFE_MMCV_INDEX='none'))[
         'MMCV_BUILD'] == 'ok'
+
+
+# --- named stacks ----------------------------------------------------------
+
+@pytest.mark.parametrize('name,torch_req,mmcv,mmengine,mmdet', [
+    ('oldest', 'torch==2.0.1', '2.0.1', 'mmengine==0.7.4', 'mmdet==3.0.0'),
+    ('newest', sp.STACKS['newest'][0], '2.1.0', 'mmengine==0.10.7',
+     'mmdet==3.3.0'),
+])
+def test_a_named_stack_chooses_torch_mmcv_mmengine_and_mmdet(
+        name, torch_req, mmcv, mmengine, mmdet):
+    env = dict(MMSAFE_STACK=name)
+    plan = sp.plan_stack(env)
+    assert plan['STACK'] == name
+    assert (plan['MMCV_VERSION'], plan['MMENGINE_REQ'], plan['MMDET_REQ']) \
+        == (mmcv, mmengine, mmdet)
+    probe = Probe(True)
+    torch_plan = sp.plan_torch(env=env, probe=probe, gpu=gpu(False))
+    assert torch_plan['TORCH_REQ'] == torch_req
+    assert probe.urls == []  # a pinned torch: PyPI's, unless an index is set
+
+
+def test_the_default_stack_and_its_overrides():
+    plan = sp.plan_stack({})
+    assert (plan['STACK'], plan['MMCV_VERSION'], plan['MMENGINE_REQ'],
+            plan['MMDET_REQ'], plan['PINS']) == (
+        'default', '2.1.0', 'mmengine==0.10.7', 'mmdet==3.3.0', '')
+    plan = sp.plan_stack(dict(MMSAFE_STACK='oldest', MMSAFE_MMCV='2.0.0',
+                              MMSAFE_MMDET='mmdet==3.1.0'))
+    assert (plan['MMCV_VERSION'], plan['MMENGINE_REQ'], plan['MMDET_REQ']) \
+        == ('2.0.0', 'mmengine==0.7.4', 'mmdet==3.1.0')
+    # MMEngine before 0.10 passes verify= to yapf, which 0.40.2 removed
+    assert plan['PINS'] == 'yapf<=0.40.1'
+    # the user's torch wins over the stack's
+    assert sp.plan_torch(env=dict(MMSAFE_STACK='oldest',
+                                  MMSAFE_TORCH='torch==2.0.0'),
+                         probe=Probe(True), gpu=gpu(False))[
+        'TORCH_REQ'] == 'torch==2.0.0'
+
+
+def test_an_unknown_stack_names_the_stacks():
+    with pytest.raises(SystemExit, match="MMSAFE_STACK='old' is not a stack"
+                       ": choose one of default, newest, oldest"):
+        sp.plan_stack(dict(MMSAFE_STACK='old'))
+
+
+def test_plan_mmcv_2_0_builds_with_torch_2_0_headers_only(monkeypatch):
+    """mmcv 2.0.x compiles its ops as C++14: torch 2.0's headers take it,
+    torch 2.1's (C++17) do not."""
+    env = dict(MMSAFE_STACK='oldest', MMSAFE_MMCV_INDEX='none',
+               MMSAFE_CACHE_DIR='/c')
+    monkeypatch.setattr(sp, 'aten_cxx_standard', lambda folder: 14)
+    plan = sp.plan_mmcv(env=env)
+    assert plan['MMCV_BUILD'] == 'ok'
+    assert osp.join('wheels', 'mmcv-2.0.1') in plan['MMCV_WHEEL_DIR']
+    monkeypatch.setattr(sp, 'aten_cxx_standard', lambda folder: 17)
+    build = sp.plan_mmcv(env=env)['MMCV_BUILD']
+    assert 'needs C++17' in build and 'mmcv 2.0.1 compiles its ops as ' \
+        'C++14' in build and 'Use torch 2.0 or older' in build
+
+
+def test_main_stack_prints_key_value_lines(monkeypatch, capsys):
+    monkeypatch.setenv('MMSAFE_STACK', 'oldest')
+    assert sp.main(['stack']) == 0
+    lines = dict(line.split('=', 1)
+                 for line in capsys.readouterr().out.splitlines())
+    assert lines == dict(STACK='oldest', MMCV_VERSION='2.0.1',
+                         MMENGINE_REQ='mmengine==0.7.4',
+                         MMDET_REQ='mmdet==3.0.0', PINS='yapf<=0.40.1')
