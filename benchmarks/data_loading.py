@@ -174,7 +174,7 @@ def decode_dataset(root: str, reduced: bool, keep: bool,
     if keep:
         pipeline.append(dict(type='KeepFreedMemory'))
     return DATASETS.build(dict(
-        type='LLVIPDataset', data_root=root, filter_cfg=None,
+        type='mmsafe.LLVIPDataset', data_root=root, filter_cfg=None,
         data_prefix=dict(img='visible/train/', ir_img='infrared/train/',
                          ann='Annotations/'), pipeline=pipeline,
         indices=num))

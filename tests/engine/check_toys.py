@@ -160,8 +160,8 @@ class ToyPairModel(BaseModel):
         self.loss_cls = MODELS.build(loss_cls or dict(
             type='CrossEntropyLoss', loss_weight=1.0))
         self.macl_head = MODELS.build(
-            dict(type='MACLHead', in_dim=16, proj_dim=16, hidden_dim=32,
-                 loss_weight=macl_weight)) if macl else None
+            dict(type='mmsafe.MACLHead', in_dim=16, proj_dim=16,
+                 hidden_dim=32, loss_weight=macl_weight)) if macl else None
         self.drop_macl_on_rank = drop_macl_on_rank
         self.double_count = double_count
         self.grad_log_key = grad_log_key

@@ -93,7 +93,11 @@ train_dataloader = dict(
         pipeline=[dict(type='LoadImageFromFile'),
                   dict(type='LoadAnnotations', with_bbox=True),
                   dict(type='RandomFlip', prob=0.5),
-                  dict(type='PackDetInputs')]))
+                  # no Resize: no scale_factor (MMDetection 3.0 packs only
+                  # the meta keys named, each of which must be there)
+                  dict(type='PackDetInputs',
+                       meta_keys=('img_id', 'img_path', 'ori_shape',
+                                  'img_shape', 'flip', 'flip_direction'))]))
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=2, val_interval=100)
 optim_wrapper = dict(type='OptimWrapper',
                      optimizer=dict(type='SGD', lr=0.01, momentum=0.9,

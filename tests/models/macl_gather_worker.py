@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import mmsafe  # noqa: F401
-from mmdet.registry import MODELS
+from mmsafe.registry import MODELS
 from mmsafe.tools_lib.cli import release_process_group
 
 
