@@ -244,7 +244,7 @@ def plan_mmcv(env=None, probe=None):
     build = 'ok'
     compiles = MMCV_CXX.get('.'.join(version.split('.')[:2]), 17)
     if standard and standard > compiles:
-        newest = 'torch 2.0' if compiles == 14 else 'torch 2.14'
+        newest = 'torch 2.0' if compiles == 14 else 'torch 2.13'
         build = (f'torch {torch.__version__} needs C++{standard} for '
                  f'extensions and mmcv {version} compiles its ops as '
                  f'C++{compiles}: mmcv cannot be built for this torch. Use '

@@ -577,8 +577,9 @@ def test_setup_env_stops_where_mmcv_cannot_be_built(sandbox):
     and no prebuilt wheel: the planner's reason, no build attempted."""
     reason = ('torch 2.15.0 needs C++20 for extensions and mmcv 2.1.0 '
               'compiles its ops as C++17: mmcv cannot be built for this '
-              'torch. Use torch 2.14 or older (MMSAFE_TORCH=torch==2.1.2, '
-              'the default), or a prebuilt mmcv wheel (MMSAFE_MMCV_INDEX)')
+              'torch. Use torch 2.13 or older (MMSAFE_TORCH=torch==2.1.2, '
+              'the default, with mmcv 2.1.0), or a prebuilt mmcv wheel '
+              '(MMSAFE_MMCV_INDEX)')
     result = sandbox.run('setup_env.bat', env=dict(
         MMSAFE_MMCV_INDEX='none', MMSAFE_STUB_PLAN_MMCV_BUILD=reason))
     assert result.returncode == 1, result
