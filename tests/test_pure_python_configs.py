@@ -34,8 +34,8 @@ def _run_keys():
     from mmengine.runner import Runner
     keys = set(inspect.signature(Runner.__init__).parameters) - {'self',
                                                                  'cfg'}
-    return keys | {'runner_type', 'custom_imports', 'mmsafe_peer_grace',
-                   'mmsafe_trusted_globals', 'log_level', 'vis_backends'}
+    return keys | {'runner_type', 'custom_imports', 'log_level',
+                   'vis_backends'}
 
 
 def _plain(value):
@@ -54,7 +54,8 @@ def _load(path):
     import mmsafe  # noqa: F401
     from mmengine.config import Config
     cfg = Config.fromfile(osp.join(REPO_ROOT, path))
-    return {k: _plain(cfg[k]) for k in cfg.keys() if k in _run_keys()}
+    return {k: _plain(cfg[k]) for k in cfg.keys()
+            if k in _run_keys() or k.startswith('mmsafe_')}
 
 
 @pytest.mark.parametrize('pure', sorted(TWINS))

@@ -24,6 +24,8 @@ runner_type = SafeRunner
 
 mmsafe_peer_grace = 10
 
+mmsafe_spike_skip = dict(window=128, sigmas=6.0, min_ratio=20.0)
+
 mmsafe_trusted_globals = []
 
 custom_hooks = [
