@@ -19,12 +19,15 @@ batches as they are and with one image of the batch replaced by a fault:
 
 Per fault it prints the median and the minimum over the batches of
 ``grad_norm(faulty) / grad_norm(clean)`` and of the loss ratio, both at the
-start (``--warm 0`` is included) and after the warm-up, and which faults a
-spike rule of ``--sigmas`` standard deviations over the warm-up's own norms
-would catch. Nothing here steps the optimizer on a faulty batch.
+start and after the warm-up; which faults a spike rule of ``--sigmas``
+standard deviations and ``--min-ratio`` times the mean of the warm-up's
+own norms (the last 128) would catch; and, with ``--warm`` above 128, what
+that rule says about the warm-up's own healthy steps. ``--frozen-bn``
+freezes the backbones' BatchNorm statistics as the LLVIP recipe does.
+Nothing here steps the optimizer on a faulty batch.
 
-    python benchmarks/grad_spikes.py                 # warm 60, 8 batches
-    python benchmarks/grad_spikes.py --warm 150 --batches 16
+    python benchmarks/grad_spikes.py --frozen-bn     # warm 60, 8 batches
+    python benchmarks/grad_spikes.py --warm 600 --batches 2  # healthy steps
 """
 import argparse
 import copy
@@ -156,7 +159,7 @@ def grad_norm_and_loss(model, batch: dict):
 
 
 def measure(runner, batches: List[dict], label: str, sigmas: float,
-            window_norms: List[float]) -> None:
+            min_ratio: float, window_norms: List[float]) -> None:
     model = runner.model
     buffers = copy.deepcopy({k: v for k, v in model.state_dict().items()})
     clean = []
@@ -189,20 +192,20 @@ def measure(runner, batches: List[dict], label: str, sigmas: float,
             ratios.append(norm / norm0 if math.isfinite(norm) else math.inf)
             loss_ratios.append(loss / loss0 if finite else math.inf)
             if rule and (not math.isfinite(norm) or
-                         (norm > rule[2] and norm > 2 * rule[0])):
+                         (norm > rule[2] and norm > min_ratio * rule[0])):
                 caught += 1
         print(f'  {name:<15} {statistics.median(ratios):>16.4g} '
               f'{min(ratios):>13.4g} {statistics.median(loss_ratios):>16.4g} '
               f"{f'{caught}/{len(batches)}' if rule else '-':>8}")
 
 
-def healthy_verdicts(norms: List[float], window: int,
-                     sigmas: float) -> None:
+def healthy_verdicts(norms: List[float], window: int, sigmas: float,
+                     min_ratio: float) -> None:
     """What the spike rule says about a healthy run's own norms: every
     step judged against the ``window`` steps before it (all applied)."""
     from mmsafe.engine.optimizers.grad_spike import GradSpikeDetector
     worst_sigma, worst_ratio = 0.0, 0.0
-    flagged = {1.0: 0, 2.0: 0}
+    flagged = {1.0: 0, min_ratio: 0}
     top = []
     detector = GradSpikeDetector(window=window, sigmas=sigmas, min_ratio=1)
     for step, norm in enumerate(norms):
@@ -223,7 +226,7 @@ def healthy_verdicts(norms: List[float], window: int,
           f'{window} before): largest norm {worst_sigma:.3g} std above its '
           f"window's mean, largest norm / mean {worst_ratio:.3g}; flagged "
           f'at {sigmas:g} std: {flagged[1.0]} (no ratio floor), '
-          f'{flagged[2.0]} (and >= 2x the mean)')
+          f'{flagged[min_ratio]} (and >= {min_ratio:g}x the mean)')
     for sigma, ratio, step, norm in sorted(top, reverse=True)[:5]:
         print(f'  step {step}: norm {norm:.4g}, {sigma:.3g} std above, '
               f'{ratio:.3g}x the mean')
@@ -238,6 +241,9 @@ def main() -> None:
                         help='batches measured per fault (default 8)')
     parser.add_argument('--sigmas', type=float, default=6.0,
                         help='spike rule: standard deviations (default 6)')
+    parser.add_argument('--min-ratio', type=float, default=20.0,
+                        help='spike rule: multiple of the window\'s mean '
+                        '(default 20)')
     parser.add_argument('--frozen-bn', action='store_true',
                         help='the LLVIP recipe\'s backbone setting: '
                         'norm_eval=True, frozen_stages=1 (the demo trains '
@@ -256,7 +262,8 @@ def main() -> None:
     it = iter(loader)
     batches = [next(it) for _ in range(args.batches)]
     runner.model.train()
-    measure(runner, batches, 'at initialisation', args.sigmas, [])
+    measure(runner, batches, 'at initialisation', args.sigmas,
+            args.min_ratio, [])
     wrapper = runner.build_optim_wrapper(runner.cfg.optim_wrapper)
     norms = []
     for _ in range(args.warm):
@@ -272,10 +279,10 @@ def main() -> None:
         wrapper.step()
         wrapper.zero_grad()
     if args.warm > 128:
-        healthy_verdicts(norms, 128, args.sigmas)
+        healthy_verdicts(norms, 128, args.sigmas, args.min_ratio)
     if args.warm:
         measure(runner, batches, f'after {args.warm} training iterations',
-                args.sigmas, norms[-128:])
+                args.sigmas, args.min_ratio, norms[-128:])
     print(f'\n{time.time() - started:.0f} s; uptime after: {uptime()}')
 
 

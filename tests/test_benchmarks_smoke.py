@@ -124,3 +124,12 @@ def test_preflight_time():
                      rf'{NUMBER} s; share of the 60 s budget: {NUMBER}',
                      out), out[-3000:]
     assert re.search(rf'slowest checks \(median s\): \w+ {NUMBER}', out)
+
+
+def test_grad_spikes():
+    out = _run('benchmarks/grad_spikes.py', '--warm', '3', '--batches', '1',
+               '--frozen-bn')
+    for label in ('at initialisation', 'after 3 training iterations'):
+        assert re.search(rf'{label}: clean grad_norm median {NUMBER}', out), \
+            out[-3000:]
+    assert re.search(rf'  ir_raw16 +{NUMBER} +{NUMBER} +{NUMBER} +1/1', out)

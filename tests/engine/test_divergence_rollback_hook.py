@@ -134,7 +134,7 @@ def test_demo_detector_rolled_back_finishes_with_map50_above_half():
     at = [60, 61, 62]
     work_dir, result = spike_runs.train(
         'rollback', [], 'dict(window=32)',
-        optim_wrapper="dict(type='NaNSkipOptimWrapper')",
+        optim_wrapper="dict(type='NaNSkipOptimWrapper')", max_iters=150,
         hooks=(f"dict(type='LrSpikeHook', at={at})",
                "dict(type='DivergenceRollbackHook', snapshot_interval=20)"))
     assert not result.timed_out, result
@@ -144,3 +144,38 @@ def test_demo_detector_rolled_back_finishes_with_map50_above_half():
     assert events[0]['to_iter'] <= at[0] and events[0]['iter'] > at[0]
     assert 'ROLLBACK 1 of at most 3' in result.output
     assert spike_runs.map50(result) >= 0.5
+
+
+def test_a_loss_that_stays_high_is_rolled_back_on_every_rank_alike():
+    """No step is skipped (no spike rule, finite gradients): lr x300 for one
+    iteration leaves a loss ten times its median; the loss rule, judged on
+    the monitoring all-reduce every 4 iterations, rolls every rank back at
+    the same iteration."""
+    def run(tmp):
+        work_dir = osp.join(tmp, 'loss_rule')
+        cfg = runs.make_config(work_dir, [], 40, runs.sgd_wrapper(), hooks=(
+            "dict(type='LrSpikeHook', at=[15], factor=300.0)",
+            "dict(type='DivergenceRollbackHook', snapshot_interval=5, "
+            'skip_window=10, max_skips=2, loss_window=10, '
+            'loss_patience=3)'))
+        with open(cfg) as f:
+            text = f.read()
+        with open(cfg, 'w') as f:
+            f.write(text.replace("dict(type='LoggerHook', interval=1)",
+                                 "dict(type='LoggerHook', interval=4)"))
+        return work_dir, run_train(cfg, nproc=2, timeout=runs.TIMEOUT)
+    work_dir, result = run_once_per_session('rollback_loss_rule', run)
+    assert not result.timed_out, result
+    assert result.returncode == 0, result
+    event, = read_events(work_dir, 'rollback')
+    assert event['cause'].startswith('the training loss stayed above 2x '
+                                     'its rolling median'), event
+    # judged at a sync (every 4 iterations), after the fault at 15
+    assert (event['iter'] + 1) % 4 == 0 and event['iter'] > 15
+    d0, d1 = runs.assert_ranks_identical(work_dir)
+    assert d0['counters']['skipped'] == 0
+    assert [r['iter'] for r in d0['records']] == \
+        [r['iter'] for r in d1['records']]
+    assert d0['last_iter'] == 40
+    lines = [ln for ln in result.output.splitlines() if 'ROLLBACK 1' in ln]
+    assert len(lines) == 2 and lines[0] == lines[1]  # one per rank

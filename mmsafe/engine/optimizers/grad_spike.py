@@ -27,10 +27,10 @@ Where the defaults come from:
   100 values (``is_unexpectedly_large``, ``threshold=10``,
   ``num_samples=100``; the early values of a detector trained from scratch
   are its largest, so that reference never moves). A raw 16-bit infrared
-  frame among 8-bit ones raises the norm 28x-1500x where the backbone's
+  frame among 8-bit ones raises the norm 28x-5700x where the backbone's
   BatchNorm statistics are frozen (``norm_eval=True``, as in MMDetection's
   pretrained-backbone recipes); trainable BatchNorm absorbs most of it
-  (2x-10x, not caught, and not a spike of the update either).
+  (0.1x-10x, not caught, and not a spike of the update either).
 * LLM Foundry's ``KillLossSpike`` stops a run whose loss stays at twice
   its rolling mean (100 steps) for 5 steps in a row: a rule for a
   *diverging run*, which mmsafe applies in
