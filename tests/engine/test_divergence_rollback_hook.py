@@ -179,3 +179,36 @@ def test_a_loss_that_stays_high_is_rolled_back_on_every_rank_alike():
     assert d0['last_iter'] == 40
     lines = [ln for ln in result.output.splitlines() if 'ROLLBACK 1' in ln]
     assert len(lines) == 2 and lines[0] == lines[1]  # one per rank
+
+
+def test_with_accumulation_it_acts_where_a_window_ends():
+    """accumulative_counts=2: snapshots and the rollback wait for the end
+    of an accumulation window, and the restored run keeps stepping at the
+    end of each window."""
+    wrapper = runs.sgd_wrapper(accumulative_counts=2)
+    hooks = ("dict(type='LrSpikeHook', at=[12, 13], factor=300.0)",
+             "dict(type='DivergenceRollbackHook', snapshot_interval=5, "
+             'loss_window=6, loss_patience=2)')
+
+    def run(tmp):
+        work_dir = osp.join(tmp, 'accumulate')
+        cfg = runs.make_config(work_dir, [], ITERS, wrapper, hooks=hooks)
+        return work_dir, run_train(cfg, nproc=1, timeout=runs.TIMEOUT)
+    work_dir, result = run_once_per_session('rollback_accumulate', run)
+    assert not result.timed_out, result
+    assert result.returncode == 0, result
+    event, = read_events(work_dir, 'rollback')
+    assert (event['iter'] + 1) % 2 == 0, event  # a window's last iteration
+    assert event['to_iter'] % 2 == 0, event  # snapshot due at 5, taken at 6
+    records = dump(work_dir)['records']
+    iters = [r['iter'] for r in records]
+    at = next(i for i in range(1, len(iters)) if iters[i] < iters[i - 1])
+    good = event['to_iter']
+    assert iters[at] == good - 1
+    assert records[at]['checksum'] == records[good - 1]['checksum']
+    # the weights move at the end of each window only, before and after
+    sums = [r['checksum'] for r in records[at:]]
+    its = iters[at:]
+    for i in range(1, len(sums)):
+        assert (sums[i] != sums[i - 1]) == (its[i] % 2 == 1), (its[i], sums)
+    assert 'Resumed iteration number is not divisible' not in result.output

@@ -37,6 +37,12 @@ def cpu_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def _optimizer_stepped(runner) -> bool:
+    """Whether this iteration ended a gradient-accumulation window."""
+    should_update = getattr(runner.optim_wrapper, 'should_update', None)
+    return True if should_update is None else bool(should_update())
+
+
 def _schedulers(runner) -> List[Any]:
     """The runner's parameter schedulers, flattened (a list, or a dict of
     lists for several optimizers)."""
@@ -91,6 +97,10 @@ class DivergenceRollbackHook(Hook):
       rolled-back iterations fewer;
     * it is logged loudly (rank 0's console, the safety report's
       ``rollbacks`` section, ``train``'s event log).
+
+    With gradient accumulation, snapshots and rollbacks wait for the end of
+    the accumulation window (nothing is half-accumulated there), and the
+    wrapper's accumulation count follows the iteration count back.
 
     After ``max_rollbacks`` rollbacks a further trigger stops the run with
     an error naming every rollback, its cause and the files moved past.
@@ -175,6 +185,8 @@ class DivergenceRollbackHook(Hook):
         self._losses: deque = deque()  # (mean loss, iterations), healthy
         self._high_iters = 0
         self._block_iters = 0
+        self._due_cause: Optional[str] = None
+        self._snapshot_due = False
         self._sync = None
 
     # ------------------------------------------------------------ setup --
@@ -223,12 +235,22 @@ class DivergenceRollbackHook(Hook):
             data_batch or {}, limit=10**6)))
         cause = self._skip_rule(runner)
         loss_cause = self._loss_rule(runner)
-        cause = cause or loss_cause
+        cause = self._due_cause or cause or loss_cause
+        # snapshots and rollbacks only where an optimizer step ended (with
+        # gradient accumulation, nothing is half-accumulated there)
+        stepped = _optimizer_stepped(runner)
         if cause is not None:
+            if not stepped:
+                self._due_cause = cause
+                return
+            self._due_cause = None
             self._roll_back(runner, cause)
             return
         done = runner.iter + 1
         if done % self.snapshot_interval == 0:
+            self._snapshot_due = True
+        if self._snapshot_due and stepped:
+            self._snapshot_due = False
             if self._pending is not None and not self._troubled:
                 self._good = self._pending
                 self._files = deque(f for f in self._files
@@ -311,6 +333,11 @@ class DivergenceRollbackHook(Hook):
             scheduler.load_state_dict(copy.deepcopy(state))
         snap['rng'].restore()
         runner.train_loop.rewind_to(snap['iter'])
+        if hasattr(wrapper, 'initialize_count_status'):
+            # the accumulation count of MMEngine's wrapper follows the
+            # iteration count (as after a resume)
+            wrapper.initialize_count_status(runner.model, snap['iter'],
+                                            runner.max_iters)
         self._sync.rewound()
 
     # -------------------------------------------------------- rollback --
@@ -339,6 +366,7 @@ class DivergenceRollbackHook(Hook):
         self._skip_steps.clear()
         self._high_iters = 0
         self._block_iters = 0
+        self._snapshot_due = False
         self._files.clear()
         update_counters(Counter.ROLLBACK, rollbacks=len(self.rollbacks),
                         last=record)
