@@ -22,6 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from mmsafe.guard_outputs import owner_of
+from mmsafe.modalities import sample_files
 
 EVENTS_FILE = 'mmsafe_events.jsonl'
 INFO_PREFIX = 'mmsafe/'
@@ -125,14 +126,15 @@ def update_scalar(message_hub, name: str, value: Any) -> None:
 
 
 def batch_file_names(data_batch: Any, limit: int = 16) -> list:
-    """Image paths (visible and infrared) of a data batch, for log lines."""
+    """Image paths (visible and infrared) of a data batch, for log lines:
+    ``'visible | infrared'`` per sample, by the meta keys the run declares
+    (:func:`mmsafe.modalities.sample_files`)."""
     names = []
     samples = data_batch.get('data_samples', []) if isinstance(
         data_batch, dict) else []
     for sample in samples or []:
         meta = getattr(sample, 'metainfo', {}) or {}
-        path = meta.get('img_path')
-        ir_path = meta.get('ir_img_path')
+        path, ir_path = sample_files(meta)
         if path is not None or ir_path is not None:
             names.append(path if ir_path is None else f'{path} | {ir_path}')
         if len(names) >= limit:

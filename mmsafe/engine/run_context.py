@@ -9,6 +9,7 @@ A hook reaches them through one accessor, in any hook method::
     context.resume_plan         # ResumePlan of a resumed run, or None
     context.events.write(Event.X, **fields)   # {work_dir}/mmsafe_events.jsonl
     monitor_sync_of(runner)     # the MonitorSync to post to (monitor_sync.py)
+    modalities_of(runner)       # the run's modalities (engine/modalities.py)
 
 :class:`~mmsafe.engine.runner.SafeRunner` builds a :class:`RunContext`
 when it is built and fills it (its MonitorSync, the RankChannel under DDP,
@@ -112,6 +113,10 @@ class RunContext:
         resume_plan (ResumePlan or None): how a resumed run continues
             (:mod:`mmsafe.engine.resume_state`), set by the runner's
             ``resume``, carried out by mmsafe's train loops.
+        modalities (RunModalities or None): where the run's images, files
+            and pairing-sensitive loss terms are, read once from the
+            config's ``mmsafe_modalities`` and the model
+            (:func:`mmsafe.engine.modalities.modalities_of`).
     """
 
     def __init__(self, work_dir: Optional[str] = None,
@@ -120,6 +125,7 @@ class RunContext:
         self.monitor_sync = monitor_sync
         self.rank_channel: Optional[Any] = None
         self.resume_plan: Optional[Any] = None
+        self.modalities: Optional[Any] = None
 
     def explain_failure(self, runner,
                         exc: BaseException) -> Optional[Dict[str, Any]]:

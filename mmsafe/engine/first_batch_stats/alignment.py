@@ -16,7 +16,7 @@ nothing to align, e.g. a 16-bit frame cut to its high byte) is not
 judged: the pairing checks abstain on it, count it and say so when the
 measurement ends; ``FirstBatchStatsHook`` flags the modality itself.
 """
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from mmsafe.analysis.object_offsets import (FINDING, audit_offsets,
                                             format_summary, offsets_message,
@@ -37,7 +37,7 @@ def _pair_flag(kind: str, result: dict, message: str) -> dict:
         f"{result.get('file')} | infrared={result.get('ir_file')}). "
         'Look at the pair with tools/check_dataset.py CONFIG --show-dir '
         'DIR; fix the infrared files or the partner rule, and make '
-        'every geometric transform paired')
+        'every geometric transform move both images with one draw')
 
 
 class PairAlignment:
@@ -63,37 +63,44 @@ class PairAlignment:
         self.offset_summary: Optional[dict] = None
         self.done = self.max_pairs <= 0
 
-    def add_batch(self, data_batch: Any, it: int) -> List[dict]:
-        """Measure the pairs of a raw data batch (before the preprocessor)
-        of iteration ``it``; return the flags they raise (the unrelated
-        partners too when this batch completes the measurement)."""
+    def add_pairs(self, visible: Sequence[Any], infrared: Sequence[Any],
+                  samples: Sequence[Any], files: Sequence[Optional[str]],
+                  ir_files: Sequence[Optional[str]], it: int,
+                  raw: bool = True) -> List[dict]:
+        """Measure the pairs of one batch of iteration ``it``; return the
+        flags they raise (the unrelated partners too when this batch
+        completes the measurement).
+
+        Args:
+            visible (list): the visible image of each pair (``[C, H, W]``).
+            infrared (list): its infrared partner.
+            samples (list): their data samples (boxes, geometry meta).
+            files (list): the visible file of each pair.
+            ir_files (list): the infrared file of each pair.
+            it (int): the iteration (1-based).
+            raw (bool): the images are as the pipeline delivered them
+                (0-255 values): a nearly constant one is not judged. False
+                for preprocessed images, whose values are normalised.
+        """
         if self.done:
             return []
-        inputs = data_batch.get('inputs') if isinstance(data_batch,
-                                                        dict) else None
-        if not (isinstance(inputs, dict) and 'visible' in inputs
-                and 'infrared' in inputs):
-            self.done = True  # not a paired model
-            return []
-        samples = list(data_batch.get('data_samples') or [])
         flags = []
-        for i, (vis, ir) in enumerate(zip(inputs['visible'],
-                                          inputs['infrared'])):
+        for i, (vis, ir) in enumerate(zip(visible, infrared)):
             if self._seen() >= self.max_pairs:
                 break
             if tuple(vis.shape[-2:]) != tuple(ir.shape[-2:]):
-                continue  # PackPairedDetInputs refuses these already
-            meta = samples[i].metainfo if i < len(samples) else {}
+                continue  # a size check of the loader refuses these
+            file = files[i] if i < len(files) else None
+            ir_file = ir_files[i] if i < len(ir_files) else None
             flat = [name for name, img in (('visible', vis), ('infrared', ir))
-                    if near_constant(img, self.near_constant_std) is not None]
+                    if raw and near_constant(img, self.near_constant_std)
+                    is not None]
             if flat:
                 self.abstained.append(dict(
-                    file=meta.get('img_path'), modalities=flat,
-                    ir_file=meta.get('ir_img_path'), iter=it))
+                    file=file, modalities=flat, ir_file=ir_file, iter=it))
                 continue
             result = measure_alignment(vis, ir)
-            result.update(file=meta.get('img_path'),
-                          ir_file=meta.get('ir_img_path'), iter=it)
+            result.update(file=file, ir_file=ir_file, iter=it)
             self.results.append(result)
             if alignment_flag(result):
                 flags.append(_pair_flag(f'pair_{result["verdict"]}', result,

@@ -84,19 +84,19 @@ def order_of_mean(mean: Sequence[float], tol: float = 1.0) -> Optional[str]:
     return None
 
 
-def _first_fit(name: str, raw_mods: dict, out: torch.Tensor,
+def _first_fit(name: str, raw_mods: dict, out: list,
                shapes: list) -> Optional[dict]:
-    for i in range(out.shape[0]):
+    for i in range(len(out)):
         raw = raw_image(raw_mods, name, i)
         if raw is None or not isinstance(raw, torch.Tensor):
             return None
-        fit = fit_channel_map(raw, valid_crop(out, i, shapes[i]))
+        fit = fit_channel_map(raw, valid_crop(out[i], shapes[i]))
         if fit is not None:
             return fit
     return None
 
 
-def channel_check(name: str, raw_mods: dict, out: torch.Tensor,
+def channel_check(name: str, raw_mods: dict, out: list,
                   shapes: list, files: list, pre: Any,
                   loaded: str) -> tuple:
     """Channel mapping, mean/std and the resulting order of one modality.
@@ -104,7 +104,8 @@ def channel_check(name: str, raw_mods: dict, out: torch.Tensor,
     Args:
         name (str): the modality (``'visible'``, ``'infrared'``, ``'img'``).
         raw_mods (dict): raw pipeline output per modality.
-        out (Tensor): the preprocessed batch of this modality.
+        out (list): the preprocessed images of this modality, one
+            ``[C, H, W]`` tensor per sample.
         shapes (list): valid ``(h, w)`` per sample (None: whole image).
         files (list): file name per sample, for the flags.
         pre: the model's data preprocessor.

@@ -52,7 +52,7 @@ def visualize_pairs(visualizer: Any, pre: Any, captured: dict,
     names = list(out)
     for i in range(min(max_vis, captured['batch_size'])):
         shape = captured['img_shapes'][i]
-        imgs = [to_display(pre, n, valid_crop(out[n], i, shape), mods[n])
+        imgs = [to_display(pre, n, valid_crop(out[n][i], shape), mods[n])
                 for n in names[:2]]
         sample = captured['samples'][i] if captured['samples'] else None
         gt = getattr(sample, 'gt_instances', None)

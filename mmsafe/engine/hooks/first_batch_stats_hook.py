@@ -17,7 +17,13 @@ from mmsafe.registry import HOOKS
 from mmsafe.engine.first_batch_stats import (NEAR_CONSTANT_STD,
                                              PairAlignment, analyse_batch,
                                              visualize_pairs)
+from mmsafe.engine.first_batch_stats.batch import valid_crop
+from mmsafe.engine.guard_status import (ACTIVE, INACTIVE, PARTIAL,
+                                        status_of)
+from mmsafe.engine.modalities import (DECLARE_HINT, infrared_results_key,
+                                      modalities_of, pipeline_geometry)
 from mmsafe.engine.utils import unwrap_model
+from mmsafe.modalities import BATCH_INPUTS, MODEL_INPUTS
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
@@ -142,6 +148,12 @@ class FirstBatchStatsHook(Hook):
         self._captured: Optional[dict] = None
         self._seen = 0
         self._pre = None
+        self._modalities = None
+        # where the pairs are measured: BATCH_INPUTS, MODEL_INPUTS, None
+        # (no infrared found), or '' (not known before the first batch)
+        self._pair_side: Optional[str] = ''
+        self._model_pairs: Optional[tuple] = None
+        self._geometry = (False, 'not looked at')
         self.flags: List[dict] = []
         self.stats: List[dict] = []
 
@@ -167,6 +179,23 @@ class FirstBatchStatsHook(Hook):
         return self._pairs.offset_summary
 
     def before_train(self, runner) -> None:
+        self._modalities = modalities_of(runner)
+        self._geometry = pipeline_geometry(runner)
+        if not self._geometry[0]:
+            log('FirstBatchStatsHook: the pair-geometry check is off for '
+                'this run: the training pipeline '
+                f'({self._geometry[1]}) is not mmsafe\'s PairedCompose, so '
+                'its transforms do not record what they do to each '
+                f'modality (the infrared image in results['
+                f'{infrared_results_key(self._modalities)!r}]) and a '
+                'transform that moves one modality only is not named. The '
+                'content check covers instead: the first '
+                f'{self.alignment_pairs if self.alignment else 0} pairs '
+                'the model receives are measured for a mirrored, shifted or '
+                'unrelated infrared image and for per-box offsets (a '
+                'one-sided flip, crop or shift shows there; a one-sided '
+                'resize, rotation or photometric change may not).',
+                logging.WARNING)
         self._pre = getattr(unwrap_model(runner.model), 'data_preprocessor',
                             None)
         if self._pre is None or self.num_batches <= 0:
@@ -181,20 +210,79 @@ class FirstBatchStatsHook(Hook):
         self._armed = self._handle is not None and \
             self._seen < self.num_batches
         self._captured = None
+        self._model_pairs = None
 
     def _capture(self, module, args, kwargs, output) -> None:
         # Invariant: only the first preprocessor call between
-        # before_train_iter and after_train_iter (train_step's) is analysed.
-        if not self._armed or self._captured is not None:
+        # before_train_iter and after_train_iter (train_step's) is read.
+        if self._captured is not None or self._model_pairs is not None:
             return
         data = args[0] if args else kwargs.get('data')
-        with torch.no_grad():
-            self._captured = self._analyse(data, output)
+        if self._armed:
+            with torch.no_grad():
+                self._captured = self._analyse(data, output)
+        if self._pair_side == MODEL_INPUTS and not self._pairs.done:
+            # the pairs exist only after the preprocessor: keep this
+            # iteration's (detached, unpadded) for the pairing checks
+            out = self._modalities.images(MODEL_INPUTS, output)
+            samples = list(output.get('data_samples') or [])
+            shapes = [s.metainfo.get('img_shape') for s in samples]
+            self._model_pairs = tuple(
+                [valid_crop(img.detach(), shapes[i] if i < len(shapes)
+                            else None) for i, img in enumerate(out[n])]
+                for n in ('visible', 'infrared')) + (samples, )
+
+    def _files(self, samples: list) -> tuple:
+        """The visible and the infrared file of each sample."""
+        if not samples:
+            return [], []
+        keys = self._modalities.files(samples[0].metainfo)
+        return ([s.metainfo.get(keys['visible']) if keys['visible'] else
+                 None for s in samples],
+                [s.metainfo.get(keys['infrared']) if keys['infrared'] else
+                 None for s in samples])
 
     def _analyse(self, data: dict, output: dict) -> dict:
-        return analyse_batch(data, output, self._pre, self.constant_eps,
-                             self.identical_corr, self.loaded_channel_order,
-                             self.near_constant_std)
+        raw = self._modalities.images(BATCH_INPUTS, data)
+        out = self._modalities.images(MODEL_INPUTS, output)
+        if not out:
+            out = raw  # nothing recognisable after the preprocessor
+        samples = list(output.get('data_samples') or
+                       data.get('data_samples') or [])
+        files, ir_files = self._files(samples)
+        self._settle_pair_side(raw, out)
+        return analyse_batch(raw, out, samples, self._pre,
+                             self.constant_eps, self.identical_corr,
+                             self.loaded_channel_order,
+                             self.near_constant_std, files, ir_files)
+
+    def _settle_pair_side(self, raw: dict, out: dict) -> None:
+        """Where the pairing checks read the pairs (decided at the first
+        batch, the same on every rank): as the pipeline delivered them
+        when the infrared image is found there, else as the model receives
+        them; none when no infrared image is found."""
+        if self._pair_side != '':
+            return
+        if 'infrared' in raw:
+            self._pair_side = BATCH_INPUTS
+        elif 'infrared' in out:
+            self._pair_side = MODEL_INPUTS
+            log('FirstBatchStatsHook: the infrared image is found only in '
+                'what the model receives, not in the batch before the data '
+                'preprocessor: the pairing checks measure the preprocessed '
+                'images (a nearly constant modality is not judged there)',
+                logging.INFO)
+        else:
+            self._pair_side = None
+            self._pairs.done = True
+            seen = self._modalities.not_found(MODEL_INPUTS) or \
+                self._modalities.not_found(BATCH_INPUTS)
+            log('FirstBatchStatsHook: the pairing checks (identical, '
+                'swapped or blank modality; mirrored, shifted or unrelated '
+                'infrared image; per-box offsets) are off for this run: no '
+                f'infrared image was found ({seen}); only the statistics '
+                f'of the one image are logged. If the model is paired, '
+                f'{DECLARE_HINT}.', logging.WARNING)
 
     def after_train_iter(self, runner, batch_idx: int,
                          data_batch: Any = None, outputs=None) -> None:
@@ -203,8 +291,33 @@ class FirstBatchStatsHook(Hook):
         # pairing verdict on it
         if self._armed:
             self._report_batch(runner, data_batch, it)
-        self._report_pair_flags(runner,
-                                self._pairs.add_batch(data_batch, it))
+        self._report_pair_flags(runner, self._add_pairs(data_batch, it))
+
+    def _add_pairs(self, data_batch: Any, it: int) -> List[dict]:
+        """Hand this iteration's pairs to the pairing checks."""
+        if self._pairs.done or not isinstance(data_batch, dict):
+            return []
+        if self._pair_side == '':
+            raw = self._modalities.images(BATCH_INPUTS, data_batch)
+            self._settle_pair_side(raw, {})
+        if self._pair_side == BATCH_INPUTS:
+            raw = self._modalities.images(BATCH_INPUTS, data_batch)
+            if 'infrared' not in raw:
+                return []
+            samples = list(data_batch.get('data_samples') or [])
+            files, ir_files = self._files(samples)
+            return self._pairs.add_pairs(raw['visible'], raw['infrared'],
+                                         samples, files, ir_files, it)
+        if self._pair_side == MODEL_INPUTS and self._model_pairs:
+            vis, ir, samples = self._model_pairs
+            self._model_pairs = None
+            files, ir_files = self._files(samples)
+            flags = self._pairs.add_pairs(vis, ir, samples, files, ir_files,
+                                          it, raw=False)
+            if self._pairs.done and self._seen >= self.num_batches:
+                self._remove()
+            return flags
+        return []
 
     def _report_batch(self, runner, data_batch: Any, it: int) -> None:
         """Report the statistics of an armed iteration's batch."""
@@ -224,13 +337,56 @@ class FirstBatchStatsHook(Hook):
         if self._seen == 1 and self.max_vis > 0 and visualizer is not None:
             visualize_pairs(visualizer, self._pre, captured, self.max_vis,
                             step=it)
-        if self._seen >= self.num_batches:
+        if self._seen >= self.num_batches and (
+                self._pair_side != MODEL_INPUTS or self._pairs.done):
             self._remove()
         if captured['flags'] and self.on_fault == 'raise':
             raise MMSafeRuntimeError(
                 'FirstBatchStatsHook: broken inputs in the first batch: ' +
                 '; '.join(f['message'] for f in captured['flags']) +
                 " (on_fault='warn' only logs them)")
+
+    def guard_status(self, runner) -> dict:
+        """What this hook could check in this run, per check (see
+        :mod:`mmsafe.engine.modalities`)."""
+        checks = {}
+        if self._pre is None:
+            checks['statistics'] = dict(
+                status=INACTIVE, detail='the model has no data_preprocessor')
+        elif self.stats:
+            mods = sorted(self.stats[0]['modalities'])
+            checks['statistics'] = dict(
+                status=ACTIVE, detail=f'{len(self.stats)} batch(es) of '
+                f'{"/".join(mods)}')
+        else:
+            checks['statistics'] = dict(
+                status=INACTIVE, detail='no training batch was analysed')
+        if self._pair_side in (BATCH_INPUTS, MODEL_INPUTS):
+            where = ('as the pipeline delivered them'
+                     if self._pair_side == BATCH_INPUTS else
+                     'as the model receives them, preprocessed')
+            measured = len(self.alignments)
+            checks['pairing content'] = dict(
+                status=ACTIVE if measured else PARTIAL,
+                detail=f'identical/swapped/blank on the first batch; '
+                f'{measured} pair(s) measured {where} for mirrored, '
+                f'shifted or unrelated infrared images, '
+                f'{len(self.object_offsets)} with per-box offsets')
+        elif self._pair_side is None:
+            checks['pairing content'] = dict(
+                status=INACTIVE, detail='no infrared image found: '
+                f'{DECLARE_HINT}')
+        else:
+            checks['pairing content'] = dict(
+                status=INACTIVE, detail='no training batch was seen')
+        recorded, what = self._geometry
+        checks['pair geometry'] = dict(
+            status=ACTIVE if recorded else INACTIVE,
+            detail='PairedCompose names a transform that moves one '
+            'modality' if recorded else f'{what} records no per-modality '
+            'geometry; the pairing content check covers one-sided flips '
+            'and shifts')
+        return status_of(checks)
 
     def after_train(self, runner) -> None:
         self._remove()

@@ -1,57 +1,80 @@
-"""Check the cross-modal MACL loss for the whole run: present, alive,
-reaching its parameters, and better than chance."""
+"""Check the run's pairing-sensitive loss terms (MACL, or a project's own
+contrastive or alignment terms) for the whole run: present, alive,
+reaching their head, and better than chance."""
+import logging
 import math
-from typing import Optional
+from typing import Dict, List, Optional, Sequence, Union
 
 from mmengine.hooks import Hook
 
 from mmsafe.registry import HOOKS
 from mmsafe.dist import get_world_size
-from mmsafe.engine.macl_check.signals import (PROBLEMS, HeadReach,
+from mmsafe.engine.guard_status import ACTIVE, INACTIVE, PARTIAL
+from mmsafe.engine.macl_check.signals import (TERM_PROBLEMS, HeadReach,
                                               LossLiveness, WindowMean,
                                               chance_ratio, find_macl_head)
 from mmsafe.engine.macl_check.verdicts import MACLVerdicts
+from mmsafe.engine.modalities import modalities_of
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeValueError
-from mmsafe.events import batch_file_names, log_once, update_scalar
+from mmsafe.events import batch_file_names, log, update_scalar
 from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
                                   Scalar, Section, Sync)
+from mmsafe.modalities import (RECOGNISED_LOSSES, find_loss_key, flatten)
 
 _POLICIES = ('warn', 'raise')
-# Values every rank posts to the monitor sync (declared in before_run).
-_NAMES = ('seen', ) + PROBLEMS + ('ratio_sum', 'ratio_count', 'gap_sum',
-                                   'gap_count')
+# Values every rank posts to the monitor sync (declared in before_run), and
+# per watched term: 'present/<term>' and '<problem>/<term>'.
+_NAMES = ('seen', 'unreached', 'ratio_sum', 'ratio_count', 'gap_sum',
+          'gap_count')
+#: most loss terms one hook watches (each takes 5 monitor-sync names)
+MAX_TERMS = 8
 
 
 @HOOKS.register_module()
 class MACLCheckHook(Hook):
-    """Watch the cross-modal MACL loss on every rank, for the whole run.
+    """Watch the run's pairing-sensitive loss terms on every rank, for the
+    whole run.
+
+    Which terms: ``loss_key`` when given; else the run's declaration
+    (``mmsafe_modalities = dict(losses=...)`` in the config, or a
+    component's, such as mmsafe's ``MACLHead``: ``loss_macl``); both are
+    demanded from the first iteration. With neither, the terms named
+    :data:`~mmsafe.modalities.RECOGNISED_LOSSES` (``loss_macl``,
+    ``loss_contrast``, ``loss_align``) are watched for, and one that any
+    rank produced is demanded from then on, on every rank; when none
+    appears, the hook says once that the checks are off for the run. A
+    name matches a logged key equal to it or ending in ``.name`` (a RoI
+    head's prefix such as ``roi.``; nested dicts are read with dotted
+    keys).
 
     Everything is read from what MMEngine logged for the iteration (the
     loss dict's values, already on the host): no device read, no call into
-    the model. Each rank posts what it saw to
-    :class:`MonitorSync`; at the next sync (every iteration in
-    a single process, the log interval under DDP) every rank sees the same
-    sums and warns or raises together, naming the iteration; none hangs.
+    the model. Each rank posts what it saw to :class:`MonitorSync`; at the
+    next sync (every iteration in a single process, the log interval under
+    DDP) every rank sees the same sums and warns or raises together, naming
+    the iteration, the term and the ranks; none hangs.
 
-    1. The loss is alive, every iteration: ``loss_key`` must be in the loss
-       dict, finite, non-zero (excused when the iteration had fewer than 2
-       candidates to contrast: the head then logs no ``macl_chance_ratio``),
-       not constant (the same value ``constant_iters`` iterations in a
-       row), and it must reach the MACL head: the head's trainable
-       parameters must change while the rest of the model trains (checked
-       at each sync from the tensors' version counters). A rank logs its
-       own first problem of each kind at once (and in
+    1. Each term is alive, every iteration: in the loss dict, finite,
+       non-zero (excused when the iteration had fewer than 2 candidates to
+       contrast), not constant (the same value ``constant_iters``
+       iterations in a row), and the MACL head's trainable parameters
+       change while the rest of the model trains (checked at each sync
+       from the tensors' version counters; a head is the submodule with a
+       ``last_num_pairs`` attribute, or ``head``). A rank logs its own first
+       problem of each kind and term at once (and in
        ``mmsafe_events.jsonl``, ``macl_presence_local``).
-    2. Chance level: an InfoNCE over ``B`` candidates sits at ``ln(B)`` when
-       the embeddings carry no pairing information. ``train/macl_chance_
-       ratio`` = unweighted loss / ln(B) is logged every iteration (by the
-       MACL head when it returns ``macl_chance_ratio``, as mmsafe's
-       ``MACLHead`` does; else by this hook). The hook warns when its mean
-       over ranks and ``chance_window`` iterations after ``chance_warmup``
-       iterations is at or above ``chance_threshold``: pairing broken or
-       modalities misaligned.
+    2. Chance level, on the InfoNCE term (the declaration's ``chance``, else
+       the first term named like ``*macl*``/``*contrast*``/``*nce*``): an
+       InfoNCE over ``B`` candidates sits at ``ln(B)`` when the embeddings
+       carry no pairing information. ``train/macl_chance_ratio`` =
+       unweighted loss / ln(B) is logged every iteration (by the MACL head
+       when it returns ``macl_chance_ratio``, as mmsafe's ``MACLHead`` does;
+       else by this hook). The hook warns when its mean over ranks and
+       ``chance_window`` iterations after ``chance_warmup`` iterations is at
+       or above ``chance_threshold``: pairing broken or modalities
+       misaligned.
     3. Shuffled-pair control (``control_interval`` > 0): the head's
        ``macl_pair_gap`` (mean cosine similarity of the true pairs minus
        that of mismatched pairs) is averaged over ranks and
@@ -60,20 +83,24 @@ class MACLCheckHook(Hook):
        verdict is logged, in ``mmsafe_events.jsonl`` (``macl_control``) and
        in ``safety_report.json`` (``mmsafe/macl_check``).
 
-    For a head that does not return ``macl_chance_ratio``, ``B`` is the
-    head's ``last_num_pairs``, else ``num_pairs`` (or the batch size), and
-    the loss is divided by the head's ``loss_weight`` (or ``loss_weight``).
+    For a head that does not return ``macl_chance_ratio``, ``B`` is
+    ``num_pairs``, else the declaration's ``num_pairs``, else the head's
+    ``last_num_pairs``, else the batch size; the loss is divided by
+    ``loss_weight``, else the weight the declaration gives the term, else
+    the head's ``loss_weight``, else 1 (then said at start-up: a weight
+    already applied moves the ratio).
 
     Args:
-        loss_key (str): Key of the MACL loss. Defaults to ``'loss_macl'``.
-        policy (str): ``'warn'`` (default) or ``'raise'`` for a loss that
+        loss_key (str | Sequence[str], optional): The term(s) to demand.
+            Default: the run's declaration, else recognition (above).
+        policy (str): ``'warn'`` (default) or ``'raise'`` for a term that
             is missing, not finite, zero, constant or unreached.
         head (str, optional): Attribute path of the MACL head in the
             unwrapped model (e.g. ``'macl_head'``). Default: the first
             submodule with a ``last_num_pairs`` attribute.
         num_pairs (int, optional): ``B`` when the head does not tell.
-        loss_weight (float, optional): Weight of the loss when the head
-            does not tell (default 1.0).
+        loss_weight (float, optional): Weight already applied to the
+            InfoNCE term.
         chance_warmup (int): Iterations before the chance check. Defaults
             to 50.
         chance_window (int): Iterations averaged per chance check. Defaults
@@ -88,12 +115,13 @@ class MACLCheckHook(Hook):
             true over mismatched pairs. Defaults to 0.05.
         constant_iters (int): Equal consecutive values that count as a
             constant loss. Defaults to 20.
-        required (bool): Check even when the model has no MACL head (no
-            submodule with ``last_num_pairs`` and no ``head``): a
-            dual-modality config whose model lost its MACL head is then
-            reported. By default such a model turns the hook off, logged
-            once, so the hook can sit in a shared runtime config. Defaults
-            to False.
+        required (bool): Demand ``loss_key`` (default ``'loss_macl'``) even
+            when nothing declares a term: a dual-modality config whose
+            model lost its MACL head is then reported. Defaults to False.
+
+    Raises:
+        MMSafeValueError: a policy that is not one of ``'warn'`` and
+            ``'raise'``, or more than :data:`MAX_TERMS` terms.
     """
 
     guard_outputs = GuardOutputs(
@@ -108,7 +136,7 @@ class MACLCheckHook(Hook):
     priority = 'NORMAL'
 
     def __init__(self,
-                 loss_key: str = 'loss_macl',
+                 loss_key: Union[str, Sequence[str], None] = None,
                  policy: str = 'warn',
                  head: Optional[str] = None,
                  num_pairs: Optional[int] = None,
@@ -124,7 +152,8 @@ class MACLCheckHook(Hook):
         if policy not in _POLICIES:
             raise MMSafeValueError(f'MACLCheckHook.policy must be one of '
                                    f'{_POLICIES}, got {policy!r}')
-        self.loss_key = loss_key
+        self.loss_key = [loss_key] if isinstance(loss_key, str) else (
+            list(loss_key) if loss_key is not None else None)
         self.policy = policy
         self.head_path = head
         self.num_pairs = num_pairs
@@ -138,74 +167,143 @@ class MACLCheckHook(Hook):
         self.constant_iters = max(2, constant_iters)
         self.required = required
         self._sync = None
-        self._active = True
         self._head = None
         self._reach: Optional[HeadReach] = None
-        self._liveness = LossLiveness(constant_iters)
+        # the terms: watched (all), demanded from the start, adopted once
+        # a rank produced them (every rank alike, from the synced sums),
+        # seen by this rank
+        self.terms: List[str] = []
+        self.source = ''
+        self._demanded: set = set()
+        self._adopted: set = set()
+        self._seen_here: set = set()
+        self._chance_term: Optional[str] = None
+        self._weights: Dict[str, Optional[float]] = {}
+        self._declared_pairs: Optional[int] = None
+        self._liveness: Dict[str, LossLiveness] = {}
+        self._synced = False
         self._chance = WindowMean()
         self._gap = WindowMean()
-        self._verdicts = MACLVerdicts(loss_key, policy, self.constant_iters,
-                                      chance_threshold, control_warmup,
-                                      control_margin)
+        self._verdicts = MACLVerdicts(
+            (self.loss_key or ['loss_macl'])[0], policy, self.constant_iters,
+            chance_threshold, control_warmup, control_margin)
 
     @property
     def stats(self) -> dict:
         """Counts of problem, chance and control verdicts."""
         return self._verdicts.stats
 
+    @property
+    def active_terms(self) -> List[str]:
+        """The terms judged now (demanded, or adopted)."""
+        return [t for t in self.terms
+                if t in self._demanded or t in self._adopted]
+
+    def _choose_terms(self, runner) -> None:
+        """Which terms, from where, with which weights (the same on every
+        rank: from the config and the model's structure)."""
+        modalities = modalities_of(runner)
+        declared = modalities.losses
+        if self.loss_key:
+            self.terms, self.source = list(self.loss_key), \
+                'MACLCheckHook loss_key'
+            self._demanded = set(self.terms)
+        elif declared:
+            self.terms = list(declared)
+            self.source = modalities.sources.get('losses', 'declared')
+            self._demanded = set(self.terms)
+        elif self.required:
+            self.terms, self.source = ['loss_macl'], \
+                'MACLCheckHook required=True'
+            self._demanded = set(self.terms)
+        else:
+            self.terms, self.source = list(RECOGNISED_LOSSES), 'recognised'
+        if len(self.terms) > MAX_TERMS:
+            raise MMSafeValueError(
+                f'[mmsafe] MACLCheckHook watches at most {MAX_TERMS} loss '
+                f'terms; got {len(self.terms)} ({self.terms} from '
+                f'{self.source})')
+        self._weights = dict(declared or {})
+        self._declared_pairs = modalities.num_pairs
+        self._chance_term = modalities.chance_term(self.terms)
+        self._liveness = {t: LossLiveness(self.constant_iters)
+                          for t in self.terms}
+        self._verdicts.loss_key = self._chance_term or self.terms[0]
+
     def before_run(self, runner) -> None:
         self._sync = monitor_sync_of(runner)
+        self._choose_terms(runner)
         for name in _NAMES:
             self._sync.declare(Sync.MACL_CHECK.format(name))
+        for term in self.terms:
+            for name in ('present', ) + TERM_PROBLEMS:
+                self._sync.declare(Sync.MACL_CHECK.format(f'{name}/{term}'))
 
     def before_train(self, runner) -> None:
         model = unwrap_model(runner.model)
         self._head = find_macl_head(model, self.head_path)
-        # Decided from the model's structure, identical on every rank.
-        self._active = self._head is not None or self.required
-        if not self._active:
-            log_once(
-                'MACLCheckHook.inactive', 'MACLCheckHook: the model has no '
-                'MACL head (no submodule with last_num_pairs), so the MACL '
-                'checks are off. Set MACLCheckHook required=True to demand '
-                f'{self.loss_key} anyway, or remove the hook.')
-        elif self._head is None:
-            log_once(
-                'MACLCheckHook.nohead', 'MACLCheckHook (required=True): the '
-                f'model has no MACL head; {self.loss_key} is still demanded, '
-                'so it will be reported missing. Add model.macl_head to the '
-                'config.')
-        else:
+        if self._head is not None:
             head_ids = {id(p) for p in self._head.parameters()}
             self._reach = HeadReach(
                 [p for p in self._head.parameters() if p.requires_grad],
                 [p for p in model.parameters()
                  if p.requires_grad and id(p) not in head_ids])
+        if self._demanded:
+            log(f'MACLCheckHook: demanding {", ".join(self.terms)} '
+                f'({self.source}) on every rank, every iteration; '
+                + self._chance_words(), logging.INFO)
+
+    def _chance_words(self) -> str:
+        term = self._chance_term
+        if term is None:
+            return ('no InfoNCE term among them: the chance level is not '
+                    'judged (declare mmsafe_modalities chance=<term>)')
+        weight, where = self._weight_of(term)
+        return (f'chance level judged on {term} with weight {weight:g} '
+                f'({where})' + ('; a weight already applied to it moves '
+                                'the ratio: declare mmsafe_modalities '
+                                f'losses=dict({term}=<weight>)'
+                                if where == 'assumed' else ''))
+
+    def _weight_of(self, term: str) -> tuple:
+        """``(weight, where from)`` of ``term``."""
+        if self.loss_weight is not None:
+            return float(self.loss_weight), 'MACLCheckHook loss_weight'
+        if self._weights.get(term) is not None:
+            return float(self._weights[term]), 'declared'
+        head_weight = getattr(self._head, 'loss_weight', None)
+        if isinstance(head_weight, (int, float)):
+            return float(head_weight), 'the head\'s loss_weight'
+        return 1.0, 'assumed'
 
     @staticmethod
-    def _logged_value(runner, outputs: dict, key: str) -> Optional[float]:
-        """This iteration's value of ``outputs[key]`` as MMEngine logged it
+    def _logged_value(runner, flat: dict, key: Optional[str]
+                      ) -> Optional[float]:
+        """This iteration's value of ``flat[key]`` as MMEngine logged it
         (``RuntimeInfoHook`` already read it from the device), or None."""
-        if key not in outputs:
+        if key is None or key not in flat:
             return None
         buffer = runner.message_hub.log_scalars.get(f'train/{key}')
         if buffer is not None:
             return float(buffer.current())
-        return float(outputs[key])
+        return float(flat[key])
 
-    def _chance_ratio(self, runner, outputs: dict, value: float,
-                      data_batch) -> Optional[float]:
-        logged = self._logged_value(runner, outputs, 'macl_chance_ratio')
-        if logged is not None:
-            return logged
-        num, weight = self.num_pairs, self.loss_weight
-        if self._head is not None:
-            num = num or getattr(self._head, 'last_num_pairs', None)
-            if weight is None:
-                weight = getattr(self._head, 'loss_weight', None)
+    def _pairs_of(self, data_batch) -> Optional[int]:
+        num = self.num_pairs or self._declared_pairs
+        if not num and self._head is not None:
+            num = getattr(self._head, 'last_num_pairs', None)
         if not num and isinstance(data_batch, dict):
             num = len(data_batch.get('data_samples') or [])
-        ratio = chance_ratio(value, num, weight)
+        return num
+
+    def _chance_ratio(self, runner, flat: dict, value: float,
+                      data_batch) -> Optional[float]:
+        logged = self._logged_value(runner, flat, find_loss_key(
+            'macl_chance_ratio', list(flat)))
+        if logged is not None:
+            return logged
+        ratio = chance_ratio(value, self._pairs_of(data_batch),
+                             self._weight_of(self._chance_term)[0])
         if ratio is not None:
             update_scalar(runner.message_hub, Scalar.MACL_CHANCE_RATIO,
                           ratio)
@@ -213,25 +311,40 @@ class MACLCheckHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
-        if not self._active:
-            return
         iteration = runner.iter + 1
-        outputs = outputs or {}
+        flat = flatten(outputs or {})
+        keys = list(flat)
         sync = self._sync
-        value = self._logged_value(runner, outputs, self.loss_key)
+        files = None
         ratio = None
-        if value is not None and math.isfinite(value):
-            ratio = self._chance_ratio(runner, outputs, value, data_batch)
-        problems = self._liveness.problems(value, ratio)
+        possible = (self._pairs_of(data_batch) or 0) >= 2
+        for term in self.terms:
+            key = find_loss_key(term, keys)
+            sync.post(Sync.MACL_CHECK.format(f'present/{term}'),
+                      1.0 if key is not None else 0.0)
+            if key is not None:
+                self._seen_here.add(term)
+            if not (term in self._demanded or term in self._adopted
+                    or term in self._seen_here):
+                continue
+            value = self._logged_value(runner, flat, key)
+            term_ratio = None
+            if term == self._chance_term and value is not None and \
+                    math.isfinite(value):
+                term_ratio = ratio = self._chance_ratio(runner, flat, value,
+                                                        data_batch)
+            problems = self._liveness[term].problems(
+                value, term_ratio, contrast_possible=None
+                if term == self._chance_term else possible)
+            for name in problems:
+                sync.post(Sync.MACL_CHECK.format(f'{name}/{term}'), 1.0)
+                if files is None:
+                    files = batch_file_names(data_batch)
+                self._verdicts.local(runner.work_dir, name, iteration, files,
+                                     term=key or term)
         sync.post(Sync.MACL_CHECK.format('seen'), 1.0)
-        for name in PROBLEMS:
-            sync.post(Sync.MACL_CHECK.format(name),
-                      1.0 if name in problems else 0.0)
-        for name in problems:
-            self._verdicts.local(runner.work_dir, name, iteration,
-                                 batch_file_names(data_batch))
         for key, found in (('ratio', ratio), ('gap', self._logged_value(
-                runner, outputs, 'macl_pair_gap'))):
+                runner, flat, find_loss_key('macl_pair_gap', keys)))):
             if found is not None and math.isfinite(found):
                 sync.post(Sync.MACL_CHECK.format(key + '_sum'), found)
                 sync.post(Sync.MACL_CHECK.format(key + '_count'), 1.0)
@@ -241,20 +354,39 @@ class MACLCheckHook(Hook):
                 # Posted after its sync: counted at the next one.
                 sync.post(Sync.MACL_CHECK.format('unreached'), 1.0)
                 self._verdicts.local(runner.work_dir, 'unreached',
-                                     iteration, [])
+                                     iteration, [],
+                                     term=self._chance_term or
+                                     self.terms[0])
             self._evaluate(runner, sync, iteration, data_batch)
 
     def _evaluate(self, runner, sync, iteration: int, data_batch) -> None:
         def last(name: str) -> float:
             return sync.last(Sync.MACL_CHECK.format(name))
 
-        found = {name: int(last(name)) for name in PROBLEMS if last(name)}
+        for term in self.terms:
+            if term not in self._demanded and last(f'present/{term}') > 0:
+                self._adopted.add(term)
+        if not self._synced:
+            self._synced = True
+            self._first_sync()
+        found: Dict[tuple, int] = {}
+        ranks: Optional[set] = set()
+        for term in self.active_terms:
+            for name in TERM_PROBLEMS:
+                count = int(last(f'{name}/{term}'))
+                if count:
+                    found[(term, name)] = count
+                    named = sync.last_ranks(
+                        Sync.MACL_CHECK.format(f'{name}/{term}'))
+                    ranks = None if named is None or ranks is None else \
+                        ranks | set(named)
+        if last('unreached'):
+            found[(self._chance_term or self.terms[0], 'unreached')] = \
+                int(last('unreached'))
+            named = sync.last_ranks(Sync.MACL_CHECK.format('unreached'))
+            ranks = None if named is None or ranks is None else \
+                ranks | set(named)
         if found:
-            ranks = set()
-            for name in found:
-                named = sync.last_ranks(Sync.MACL_CHECK.format(name))
-                ranks = None if named is None or ranks is None else \
-                    ranks | set(named)
             self._verdicts.problems(runner.work_dir, iteration, found,
                                     int(last('seen')),
                                     batch_file_names(data_batch),
@@ -272,3 +404,40 @@ class MACLCheckHook(Hook):
             taken = self._gap.take(self.control_interval * world)
             if taken is not None:
                 self._verdicts.control(runner.work_dir, iteration, taken[0])
+
+    def _first_sync(self) -> None:
+        """Say once what is judged, now that every rank's first loss dicts
+        were seen."""
+        if self._demanded:
+            return
+        if not self._adopted:
+            log('MACLCheckHook: no pairing-sensitive loss term in the loss '
+                f'dict (looked for {", ".join(self.terms)}, also as the '
+                'last part of a prefixed key such as roi.loss_contrast), so '
+                'the MACL checks are off for this run until one appears. '
+                'Declare your term in the config: mmsafe_modalities = '
+                'dict(losses=dict(<key>=<weight already applied>)), or set '
+                'MACLCheckHook required=True, or remove the hook.',
+                logging.WARNING)
+            return
+        log(f'MACLCheckHook: recognised {", ".join(self.active_terms)} in '
+            'the loss dict; demanded from now on, on every rank; '
+            + self._chance_words(), logging.INFO)
+
+    def guard_status(self, runner) -> dict:
+        """Which terms were judged in this run, and how (see
+        :mod:`mmsafe.engine.guard_status`)."""
+        terms = self.active_terms
+        if not terms:
+            return dict(status=INACTIVE, detail='no pairing-sensitive loss '
+                        f'term appeared (looked for {", ".join(self.terms)}'
+                        '); declare mmsafe_modalities = dict(losses=dict('
+                        '<key>=<weight>))')
+        source = self.source if self._demanded else 'recognised'
+        detail = (f'{", ".join(terms)} ({source}): '
+                  'missing, non-finite, zero, constant' +
+                  (', unreached' if self._reach is not None else '') +
+                  '; ' + self._chance_words())
+        partial = self._chance_term is None or \
+            self._weight_of(self._chance_term)[1] == 'assumed'
+        return dict(status=PARTIAL if partial else ACTIVE, detail=detail)

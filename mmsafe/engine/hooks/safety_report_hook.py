@@ -14,6 +14,8 @@ from mmsafe.registry import HOOKS
 
 from mmsafe.checkpoint import atomic_write
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
+from mmsafe.engine.guard_status import guard_statuses, summary_line
+from mmsafe.engine.run_context import run_context
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
 from mmsafe.guard_outputs import (SECTION_ORDER, Counter, DeclaredOutputs,
@@ -41,6 +43,12 @@ class SafetyReportHook(Hook):
       comes round is named at every epoch
       (``tools/check_dataset.py CONFIG --files safety_report.json`` checks
       them).
+
+    * **each guard's status** for this run (``guards``): ``active``,
+      ``partial`` or ``inactive``, with what it could not see
+      (:mod:`mmsafe.engine.guard_status`), and where the run's images,
+      files and pairing-sensitive loss terms were found (``modalities``,
+      :mod:`mmsafe.engine.modalities`), as rank 0 saw them.
 
     Both are grouped into sections (rank faults, skipped steps by cause,
     empty batches, loader fallbacks, watchdog events, MACL check,
@@ -273,6 +281,8 @@ class SafetyReport:
             started=started,
             ended=time.time(),
             duration_s=round(time.time() - started, 3),
+            guards=guard_statuses(runner),
+            modalities=_modalities(runner),
             summary=summary,
             repeated_offenders=repeated_offenders(events),
             counters=counters,
@@ -299,6 +309,9 @@ class SafetyReport:
                      if root.get('iter') is not None else '')
             lines.append(f"  root cause       : rank {root['rank']}{where}: "
                          f"{root.get('type')}")
+        if report.get('guards'):
+            lines.append(f"  {'guards':<17}: "
+                         f"{summary_line(report['guards'])}")
         for name, section in report['summary'].items():
             if name == Section.OTHER and not section['events'] and \
                     not section['counters']:
@@ -336,6 +349,13 @@ class SafetyReport:
                     f'rank{r}: {_short(v)}' for r, v in per_rank.items()) +
                              '] (differs across ranks)')
         return '; '.join(parts) if parts else 'none'
+
+
+def _modalities(runner) -> Optional[Dict[str, Any]]:
+    """What the run's modalities description used (None when no guard
+    read it)."""
+    found = getattr(run_context(runner), 'modalities', None)
+    return found.describe() if found is not None else None
 
 
 def _short(values: Any, limit: int = 6) -> str:

@@ -6,6 +6,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 #: Problems of the loss itself, checked every iteration on every rank.
 PROBLEMS = ('missing', 'nonfinite', 'zero', 'constant', 'unreached')
+#: The problems judged per loss term (``unreached`` is the head's).
+TERM_PROBLEMS = PROBLEMS[:4]
 DESCRIBE = dict(
     missing='is missing from the loss dict',
     nonfinite='is not finite',
@@ -32,14 +34,24 @@ def find_macl_head(model, path: Optional[str] = None):
     return None
 
 
-def describe(loss_key: str, found: Dict[str, int], seen: int,
+def describe(loss_key: str, found: Dict, seen: int,
              constant_iters: int) -> str:
-    """One clause per problem kind: what, and in how many rank-iterations
-    of ``seen``."""
-    return '; '.join(
-        f'{loss_key} ' + DESCRIBE[name].format(n=constant_iters) +
-        f' ({count} of {seen} rank-iterations)'
-        for name, count in found.items())
+    """One clause per problem: what, and in how many rank-iterations of
+    ``seen``.
+
+    Args:
+        loss_key (str): the term a problem is of when ``found`` is keyed by
+            problem alone.
+        found (dict): problem -> count, or ``(term, problem)`` -> count.
+        seen (int): rank-iterations judged.
+        constant_iters (int): the length of a constant streak.
+    """
+    clauses = []
+    for key, count in found.items():
+        term, name = key if isinstance(key, tuple) else (loss_key, key)
+        clauses.append(f'{term} ' + DESCRIBE[name].format(n=constant_iters)
+                       + f' ({count} of {seen} rank-iterations)')
+    return '; '.join(clauses)
 
 
 class LossLiveness:
@@ -58,16 +70,27 @@ class LossLiveness:
         self._last: Optional[float] = None
         self._same = 0
 
-    def problems(self, value: Optional[float],
-                 ratio: Optional[float]) -> List[str]:
-        """Problem names (of :data:`PROBLEMS`) of this iteration's value."""
+    def problems(self, value: Optional[float], ratio: Optional[float],
+                 contrast_possible: Optional[bool] = None) -> List[str]:
+        """Problem names (of :data:`PROBLEMS`) of this iteration's value.
+
+        Args:
+            value (float, optional): the logged value (None: missing).
+            ratio (float, optional): its chance ratio, known when a
+                contrast was possible.
+            contrast_possible (bool, optional): whether a contrast was
+                possible, for a term without a chance ratio (None: read it
+                from ``ratio``). A zero is a problem only then.
+        """
         if value is None:
             self._last, self._same = None, 0
             return ['missing']
         if not math.isfinite(value):
             return ['nonfinite']
         problems = []
-        if value == 0.0 and ratio is not None:
+        possible = ratio is not None if contrast_possible is None else \
+            contrast_possible
+        if value == 0.0 and possible:
             problems.append('zero')
         if value == self._last:
             self._same += 1

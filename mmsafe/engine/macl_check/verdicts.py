@@ -38,7 +38,8 @@ class MACLVerdicts:
     logs, records and raises alike.
 
     Args:
-        loss_key (str): Key of the MACL loss.
+        loss_key (str): The term a verdict without one is about (the
+            InfoNCE term of the chance check).
         policy (str): ``'warn'`` or ``'raise'`` for problems of the loss.
         constant_iters (int): Length of a constant streak (for messages).
         chance_threshold (float): Chance-ratio mean at or above which the
@@ -62,16 +63,18 @@ class MACLVerdicts:
         self._reported = set()
 
     def local(self, work_dir: Optional[str], name: str, iteration: int,
-              files: list) -> None:
-        """This rank's first problem of kind ``name``: logged at once and
-        recorded (``macl_presence_local``); later ones of that kind wait
+              files: list, term: Optional[str] = None) -> None:
+        """This rank's first problem of kind ``name`` on ``term`` (default
+        ``loss_key``): logged at once and recorded
+        (``macl_presence_local``); later ones of that kind and term wait
         for the common verdict."""
-        if name in self._reported:
+        term = term or self.loss_key
+        if (term, name) in self._reported:
             return
-        self._reported.add(name)
+        self._reported.add((term, name))
         write_event(work_dir, Event.MACL_PRESENCE_LOCAL, iter=iteration,
-                    problem=name, files=files)
-        message = (f'MACLCheckHook: rank {get_rank()} sees {self.loss_key} '
+                    problem=name, term=term, files=files)
+        message = (f'MACLCheckHook: rank {get_rank()} sees {term} '
                    f'{name} at iteration {iteration}; every rank decides at '
                    'the next sync (the log interval under DDP).')
         log(message, logging.WARNING)
@@ -79,11 +82,11 @@ class MACLVerdicts:
                       logging.WARNING, iteration, files=files[:4])
 
     def problems(self, work_dir: Optional[str], iteration: int,
-                 found: Dict[str, int], seen: int, files: list,
+                 found: Dict, seen: int, files: list,
                  ranks: Optional[list] = None) -> None:
-        """Problems of the loss (kind -> rank-iterations) out of ``seen``
-        rank-iterations, on ``ranks`` (None: not known): logged, or raised
-        with ``policy='raise'``."""
+        """Problems of the loss terms (``(term, kind)`` or kind ->
+        rank-iterations) out of ``seen`` rank-iterations, on ``ranks``
+        (None: not known): logged, or raised with ``policy='raise'``."""
         self.stats['problems'] += 1
         update_counters(Counter.MACL_CHECK, **self.stats)
         text = describe(self.loss_key, found, seen, self.constant_iters)
@@ -95,19 +98,23 @@ class MACLVerdicts:
             where = f' ({on} of {world}; reported by rank {get_rank()})'
         message = (f'MACLCheckHook at iteration {iteration}{where}: {text}. '
                    'The cross-modal loss is not training: check that the '
-                   'model has a macl_head, that it gets paired inputs on '
-                   'every rank, and that no exception around it is '
-                   'swallowed.')
+                   'model has its contrastive head, that it gets paired '
+                   'inputs on every rank (a partner lookup that finds '
+                   'nothing leaves it out), and that no exception around '
+                   'it is swallowed.')
+        kinds = sorted({k[1] if isinstance(k, tuple) else k for k in found})
+        terms = sorted({k[0] if isinstance(k, tuple) else self.loss_key
+                        for k in found})
         write_event(work_dir, Event.MACL_PRESENCE, iter=iteration,
-                    problems=sorted(found), policy=self.policy,
+                    problems=kinds, terms=terms, policy=self.policy,
                     files=files, ranks=ranks)
         if self.policy == 'raise':
             raise MMSafeRuntimeError(f'[mmsafe] {message} Set MACLCheckHook '
                                      "policy='warn' to only log this.")
         # A new kind of problem is logged at once, a lasting one at powers
         # of two.
-        self._streaks.log('problems:' + ','.join(sorted(found)), message,
-                          logging.ERROR)
+        self._streaks.log('problems:' + ','.join(sorted(map(str, found))),
+                          message, logging.ERROR)
 
     def chance(self, work_dir: Optional[str], iteration: int, mean: float,
                window: int) -> None:

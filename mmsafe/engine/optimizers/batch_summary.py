@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from mmsafe.modalities import sample_files
+
 
 def _boxes(gt: Any) -> Optional[torch.Tensor]:
     """The ``N x 4`` (x1, y1, x2, y2) boxes of ``gt_instances``, as a
@@ -100,7 +102,7 @@ def batch_summary(data: Any) -> List[Dict[str, Any]]:
     out = []
     for i, sample in enumerate(samples):
         meta = getattr(sample, 'metainfo', {}) or {}
-        path, ir_path = meta.get('img_path'), meta.get('ir_img_path')
+        path, ir_path = sample_files(meta)
         images = _images_of(inputs, i)
         entry = dict(
             file=path if ir_path is None else f'{path} | {ir_path}',

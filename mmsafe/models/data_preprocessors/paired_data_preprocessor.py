@@ -73,6 +73,16 @@ class PairedDetDataPreprocessor(BaseDataPreprocessor):
             number of channels, is refused with an error.
     """
 
+    #: where mmsafe's stack carries the two images and their files, for the
+    #: guards (:mod:`mmsafe.modalities`)
+    mmsafe_modalities = dict(
+        batch_inputs=dict(visible='inputs.visible',
+                          infrared='inputs.infrared'),
+        model_inputs=dict(visible='inputs.visible',
+                          infrared='inputs.infrared'),
+        results=dict(visible='img', infrared='ir_img'),
+        files=dict(visible='img_path', infrared='ir_img_path'))
+
     @builds_in_mmsafe_scope
     def __init__(self,
                  visible: Optional[dict] = None,

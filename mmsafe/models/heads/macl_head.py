@@ -88,6 +88,10 @@ class MACLHead(BaseModule):
 
     guard_outputs = GuardOutputs(Section.MACL_CHECK, counters=(Counter.MACL, ))
 
+    #: the pairing-sensitive term this head adds, for the guards
+    #: (:mod:`mmsafe.modalities`): its weight is the head's ``loss_weight``
+    mmsafe_modalities = dict(losses=['loss_macl'], chance='loss_macl')
+
     def __init__(self,
                  in_dim: int = 256,
                  proj_dim: int = 128,
