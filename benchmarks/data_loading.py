@@ -465,7 +465,7 @@ def main() -> None:
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     import mmsafe  # noqa: F401  (registers the paired dataset/transforms)
-    init_default_scope('mmdet')
+    init_default_scope('mmsafe')  # the scope of mmsafe's configs
     if args.decode_child in CODEC:
         codec_child(args)
         return

@@ -160,7 +160,7 @@ def loader_rate(args) -> float:
 
     import mmsafe  # noqa: F401
     cfg = Config.fromfile(check_config(args))
-    init_default_scope('mmdet')
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
     loader_cfg = cfg.train_dataloader
     loader_cfg['persistent_workers'] = False
     loader_cfg.pop('batch_sampler', None)
