@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from mmsafe.datasets.transforms.compose import PairedCompose
 from mmsafe.datasets.walk import inner_datasets
 from mmsafe.engine.run_context import run_context
-from mmsafe.engine.utils import unwrap_model
+from mmsafe.engine.utils import built_train_loop, unwrap_model
 from mmsafe.events import log
 from mmsafe.modalities import (BATCH_INPUTS, DICT_KEYS, FIELDS, INFRARED,
                                MODALITIES, MODEL_INPUTS, RECOGNISED_LOSSES,
@@ -258,6 +258,22 @@ def modalities_of(runner) -> RunModalities:
     return context.modalities
 
 
+def train_datasets(runner) -> List[Any]:
+    """The training dataset and every dataset it wraps (empty when the
+    training loop or its loader is not built)."""
+    loader = getattr(built_train_loop(runner), 'dataloader', None)
+    dataset = getattr(loader, 'dataset', None)
+    found, stack, seen = [], [dataset] if dataset is not None else [], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        found.append(node)
+        stack.extend(inner_datasets(node))
+    return found
+
+
 def pipeline_geometry(runner) -> Tuple[bool, str]:
     """Whether the training pipeline records each modality's geometry
     (mmsafe's :class:`~mmsafe.datasets.transforms.PairedCompose`, which
@@ -267,25 +283,18 @@ def pipeline_geometry(runner) -> Tuple[bool, str]:
         tuple: ``(recorded, what)``: ``what`` names the pipeline class
         found (or why none was found).
     """
-    loop = getattr(runner, 'train_loop', None)
-    loader = getattr(loop, 'dataloader', None)
-    dataset = getattr(loader, 'dataset', None)
-    if dataset is None:
+    datasets = train_datasets(runner)
+    if not datasets:
         return False, 'no training dataset'
-    stack, seen, names = [dataset], set(), []
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    names = []
+    for node in datasets:
         pipeline = getattr(node, 'pipeline', None)
         if isinstance(pipeline, PairedCompose):
             return True, type(pipeline).__name__
         if pipeline is not None:
             names.append(f'{type(node).__name__}.pipeline '
                          f'({type(pipeline).__name__})')
-        stack.extend(inner_datasets(node))
-    return False, ', '.join(names) or f'{type(dataset).__name__} (no ' \
+    return False, ', '.join(names) or f'{type(datasets[0]).__name__} (no ' \
         'pipeline)'
 
 

@@ -22,3 +22,12 @@ def train_progress(runner) -> tuple:
     hub = runner.message_hub
     return (hub.get_info('epoch'), hub.get_info('iter'),
             hub.get_info('max_iters'))
+
+
+def built_train_loop(runner):
+    """The runner's training loop if it is built, else None (reading
+    ``runner.train_loop`` would build it, and its dataset, in a run that
+    only evaluates)."""
+    from mmengine.runner import BaseLoop
+    loop = getattr(runner, '_train_loop', None)
+    return loop if isinstance(loop, BaseLoop) else None

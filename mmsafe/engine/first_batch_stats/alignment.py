@@ -14,7 +14,9 @@ A pair of which one modality is nearly constant
 (:func:`mmsafe.analysis.flat_images.near_constant`:
 nothing to align, e.g. a 16-bit frame cut to its high byte) is not
 judged: the pairing checks abstain on it, count it and say so when the
-measurement ends; ``FirstBatchStatsHook`` flags the modality itself.
+measurement ends; ``FirstBatchStatsHook`` flags the modality itself. So
+is a pair whose two images are one image (a missing partner filled with
+the visible image; flagged ``identical``).
 """
 from typing import Any, List, Optional, Sequence
 
@@ -27,6 +29,13 @@ from mmsafe.analysis.pair_alignment import (alignment_flag,
                                             unrelated_pairs)
 from mmsafe.analysis.flat_images import NEAR_CONSTANT_STD, near_constant
 from mmsafe.events import log
+
+
+def same_image(visible: Any, infrared: Any) -> bool:
+    """Whether the two images of a pair are one image (equal values)."""
+    import torch
+    return tuple(visible.shape) == tuple(infrared.shape) and \
+        bool(torch.equal(visible, infrared))
 
 
 def _pair_flag(kind: str, result: dict, message: str) -> dict:
@@ -99,6 +108,11 @@ class PairAlignment:
                 self.abstained.append(dict(
                     file=file, modalities=flat, ir_file=ir_file, iter=it))
                 continue
+            if same_image(vis, ir):
+                # nothing to align: one image twice (flagged identical)
+                self.abstained.append(dict(
+                    file=file, modalities=[], ir_file=ir_file, iter=it))
+                continue
             result = measure_alignment(vis, ir)
             result.update(file=file, ir_file=ir_file, iter=it)
             self.results.append(result)
@@ -139,11 +153,14 @@ class PairAlignment:
             first = self.abstained[0]
             flat = sorted({m for a in self.abstained
                            for m in a['modalities']})
+            same = sum(1 for a in self.abstained if not a['modalities'])
+            why = ([f'their {"/".join(flat)} image is nearly constant '
+                    '(flagged nearly_constant)'] if flat else []) + (
+                [f'{same} are one image twice (flagged identical)']
+                if same else [])
             log(f'FirstBatchStatsHook: the pairing checks abstained on '
-                f'{len(self.abstained)} of {self._seen()} pairs: their '
-                f'{"/".join(flat)} image is nearly constant (flagged '
-                'nearly_constant), with '
-                'nothing to align; first: visible='
+                f'{len(self.abstained)} of {self._seen()} pairs: '
+                f'{"; ".join(why)}, with nothing to align; first: visible='
                 f"{first['file']} | infrared={first['ir_file']}")
         if self.offsets:
             self.offset_summary = offsets_summary(

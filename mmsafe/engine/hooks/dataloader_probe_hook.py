@@ -19,6 +19,7 @@ from mmsafe.datasets.loader import (DEFAULT_PREFETCH, PICKLING_START_METHODS,
                                     workers_that_fit)
 from mmsafe.datasets.walk import is_paired_dataset
 from mmsafe.dist import get_rank
+from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.loops import replace_loop_loader
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.errors import MMSafeValueError
@@ -162,6 +163,14 @@ class DataLoaderProbeHook(Hook):
             return loader
         with preserved_rng_state():
             return self._probe(runner, name, loader, None)
+
+    def guard_status(self, runner) -> dict:
+        """Inactive with ``probe='off'``; otherwise the model and data do
+        not matter (a loader with workers is probed)."""
+        if self.probe == 'off':
+            return dict(status=INACTIVE, detail="probe='off'")
+        return dict(status=ACTIVE, detail='every loader with workers is '
+                    f'probed (probe={self.probe!r})')
 
     def before_train(self, runner) -> None:
         self._maybe_probe(runner, 'train', runner.train_loop)

@@ -9,6 +9,7 @@ from mmengine.hooks import Hook
 from mmsafe.registry import HOOKS
 from mmsafe.dist import (all_reduce_sum, get_rank,
                          get_world_size, is_distributed)
+from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
 from mmsafe.engine.rank_channel import share_finding
@@ -36,6 +37,15 @@ def _num_instances(sample: Any) -> Optional[int]:
     except (TypeError, AssertionError):
         # An InstanceData without fields has no length: nothing in it.
         return 0
+
+
+def carries_ground_truth(data_batch: Any) -> bool:
+    """Whether every data sample of the batch carries ``gt_instances``
+    (a detection batch, which can be told empty)."""
+    samples = data_batch.get('data_samples') if isinstance(
+        data_batch, dict) else None
+    return bool(samples) and all(_num_instances(s) is not None
+                                 for s in samples)
 
 
 def is_empty_batch(data_batch: Any) -> bool:
@@ -120,6 +130,8 @@ class EmptyBatchSyncHook(Hook):
         self._handle = None
         self.counters: Dict[str, int] = dict(empty_batches=0,
                                              all_empty_iters=0)
+        # whether the batches carry gt_instances (None: none seen yet)
+        self._detection: Optional[bool] = None
 
     # ------------------------------------------------------------------ #
     def before_run(self, runner) -> None:
@@ -150,6 +162,14 @@ class EmptyBatchSyncHook(Hook):
                           data_batch: Optional[dict] = None) -> None:
         """Detect an empty batch, report it, and post the count."""
         empty = is_empty_batch(data_batch)
+        if self._detection is None:
+            self._detection = carries_ground_truth(data_batch)
+            if not self._detection:
+                log('EmptyBatchSyncHook: the data samples carry no '
+                    'gt_instances, so a batch without ground truth cannot '
+                    'be told; set always_connect=True to keep every '
+                    'parameter in the graph on every step anyway',
+                    logging.WARNING)
         self._empty = empty
         self._in_train_iter = True
         self._files = batch_file_names(data_batch) if empty else []
@@ -189,6 +209,15 @@ class EmptyBatchSyncHook(Hook):
                     'mmsafe_events.jsonl (kind=empty_batch).',
                     logging.INFO)
         update_counters(Counter.EMPTY_BATCH, **self.counters)
+
+    def guard_status(self, runner) -> dict:
+        """Active on detection batches (``gt_instances`` in the data
+        samples), or with ``always_connect``."""
+        if self._detection is False and not self.always_connect:
+            return dict(status=INACTIVE, detail='the data samples carry no '
+                        'gt_instances; set always_connect=True')
+        return dict(status=ACTIVE, detail=f"{self.counters['empty_batches']}"
+                    ' empty batch(es) on this rank')
 
     # ------------------------------------------------------------------ #
     def _connect_losses(self, module: nn.Module, args: Sequence,

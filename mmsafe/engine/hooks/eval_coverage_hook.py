@@ -8,6 +8,7 @@ from mmengine.hooks import Hook
 from mmsafe.registry import HOOKS
 
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
+from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.utils import train_progress
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
@@ -110,6 +111,14 @@ class EvalCoverageHook(Hook):
         self.num_evaluations = 0
         self.num_errors = 0
         self.num_identical = 0
+
+    def guard_status(self, runner) -> dict:
+        """Active once an evaluation was counted in this run."""
+        if self.num_evaluations:
+            return dict(status=ACTIVE, detail=f'{self.num_evaluations} '
+                        f'evaluation(s) counted, {self.num_errors} short')
+        return dict(status=INACTIVE, detail='no evaluation ran in this run '
+                    '(no val or test loop, or none was due)')
 
     # ------------------------------------------------------------------ #
     @staticmethod

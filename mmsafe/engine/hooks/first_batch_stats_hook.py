@@ -170,7 +170,8 @@ class FirstBatchStatsHook(Hook):
     @property
     def abstained_pairs(self) -> List[dict]:
         """The pairs the pairing checks did not judge (a modality nearly
-        constant): files, iteration and the flat modalities."""
+        constant, or one image twice): files, iteration and the flat
+        modalities (none for one image twice)."""
         return self._pairs.abstained
 
     @property

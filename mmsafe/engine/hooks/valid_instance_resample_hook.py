@@ -10,6 +10,8 @@ from mmsafe.datasets.valid_instance_resample import (RESAMPLE_TRIES,
                                                      RESAMPLED_FROM,
                                                      RESAMPLED_FROM_PATH)
 from mmsafe.dist import get_world_size
+from mmsafe.engine.guard_status import ACTIVE, INACTIVE
+from mmsafe.engine.modalities import train_datasets
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
@@ -61,6 +63,18 @@ class ValidInstanceResampleHook(Hook):
     def before_run(self, runner) -> None:
         self._sync = monitor_sync_of(runner)
         self._sync.declare(RESAMPLED)
+
+    def guard_status(self, runner) -> dict:
+        """Active when the training data is wrapped in
+        ``ValidInstanceResampleDataset`` (it counts its replacements)."""
+        from mmsafe.datasets import ValidInstanceResampleDataset
+        if any(isinstance(d, ValidInstanceResampleDataset)
+               for d in train_datasets(runner)):
+            return dict(status=ACTIVE, detail=f'{self.resampled} samples '
+                        'replaced on this rank')
+        return dict(status=INACTIVE, detail='the training data is not '
+                    'wrapped in ValidInstanceResampleDataset: nothing to '
+                    'count')
 
     def after_train_iter(self,
                          runner,

@@ -59,8 +59,10 @@ def culprit(reasons: List[str], bad_ranks: List[int], num_ranks: int,
         return ('the losses were finite' +
                 (' on every rank' if num_ranks > 1 else '') +
                 ', but the gradient is not (a NaN/Inf arose in the backward '
-                'pass' + (', or the fp16 loss scale overflowed'
-                          if reasons[0] == AMP_OVERFLOW else '') + ')')
+                'pass, or a loss term\'s NaN was replaced before the loss '
+                'dict, e.g. by nan_to_num, which leaves the term unknown' +
+                (', or the fp16 loss scale overflowed'
+                 if reasons[0] == AMP_OVERFLOW else '') + ')')
     if reasons[0] == GRAD_SPIKE and spike:
         return (f"the gradient norm {fmt(spike['norm'])} is "
                 f"{fmt(spike['sigmas_above'])} standard deviations above the "
