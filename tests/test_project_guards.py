@@ -25,7 +25,9 @@ assertions stay apart):
   never appears);
 * 2 DDP ranks, 6-channel layout recognised, nothing declared: an empty
   batch on rank 0 (iteration 2), the contrastive term vanishing on rank 1
-  at iteration 4, infrared files shifted by one frame.
+  at iteration 4, infrared files shifted by one frame;
+* the healthy run stopped by SIGTERM and resumed: the weights of the run
+  that was never stopped.
 """
 import json
 import os
@@ -310,3 +312,44 @@ def test_ddp_faults_on_one_rank_in_the_6_channel_layout(tmp_path):
     # nothing declared: the InfoNCE weight is assumed, hence partial
     assert guards['MACLCheckHook']['status'] == 'partial', guards
     assert 'assumed' in guards['MACLCheckHook']['detail']
+
+
+@pytest.mark.timeout(600)
+def test_stop_signal_and_exact_resume_on_the_project(tmp_path):
+    """SIGTERM in the middle of the healthy project run: one checkpoint,
+    the preemption exit code; ``--resume`` ends on the weights of the run
+    that was never stopped (shuffled sampler, the project's random flip)."""
+    import signal
+    import sys
+
+    from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE
+    from tests.utils import TRAIN, run_and_signal
+    full_dir, full = _healthy(True)
+    assert full.returncode == 0, _ok(full)
+    cfg, work_dir, env = _config(
+        str(tmp_path), 'stopped',
+        imports=f"'mmsafe', {PROJECT!r}, 'tests.engine.preempt_toys'",
+        extra="custom_hooks = _base_.custom_hooks + [dict(type="
+        "'ProgressHook', delay=0.3)]")
+    progress = osp.join(work_dir, 'progress_rank0')
+
+    def at_iteration_3():
+        try:
+            with open(progress) as f:
+                return int(f.read() or 0) >= 3
+        except (OSError, ValueError):
+            return False
+
+    stopped = run_and_signal(
+        [sys.executable, TRAIN, cfg], 300,
+        [(at_iteration_3, lambda proc: os.kill(proc.pid, signal.SIGTERM))],
+        env=env)
+    assert stopped.returncode == PREEMPTED_EXIT_CODE, _ok(stopped)
+    done = read_events(work_dir, 'preempted')[0]['iter']
+    assert 3 <= done < 8
+    resumed = run_train(cfg, timeout=300, args=['--resume'], env=env)
+    assert resumed.returncode == 0, _ok(resumed)
+    assert ': exact: the same remaining samples' in resumed.output, \
+        _ok(resumed)
+    got, want = _weights(work_dir, 8), _weights(full_dir, 8)
+    assert [k for k in got if not torch.equal(got[k], want[k])] == []
