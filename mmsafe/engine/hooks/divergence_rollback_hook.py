@@ -98,6 +98,9 @@ class DivergenceRollbackHook(Hook):
     * it is logged loudly (rank 0's console, the safety report's
       ``rollbacks`` section, ``train``'s event log).
 
+    Not rolled back: other hooks' own state (an EMA copy of the model),
+    MMEngine's logged history, checkpoints written meanwhile.
+
     With gradient accumulation, snapshots and rollbacks wait for the end of
     the accumulation window (nothing is half-accumulated there), and the
     wrapper's accumulation count follows the iteration count back.
