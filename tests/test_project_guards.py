@@ -78,21 +78,21 @@ model_wrapper_cfg = dict(type='MMDistributedDataParallel',
 train_dataloader = dict(
     batch_size=4, num_workers={workers}, persistent_workers=False,
     {loader_extra}
-    sampler=dict(type='InfiniteSampler', shuffle={shuffle}),
+    sampler=dict(type={sampler!r}, shuffle={shuffle}),
     dataset=dict(type='LLVIPDataset', data_root={data_root!r},
                  {dataset_extra}
                  pipeline=[dict(type='LoadPairedImageFromFile'),
                            dict(type='PairedRandomFlip', prob=0.5),
                            {extra_transform}
                            dict(type='PackPairedInputs')]))
-train_cfg = dict(type='IterBasedTrainLoop', max_iters={max_iters})
+train_cfg = {train_cfg}
 optim_wrapper = dict(type={wrapper!r},
                      optimizer=dict(type='SGD', lr=0.01, momentum=0.9))
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval={log_interval}),
-    checkpoint=dict(type='CheckpointHook', interval={max_iters},
-                    by_epoch=False))
-log_processor = dict(by_epoch=False)
+    checkpoint=dict(type='CheckpointHook', interval={ckpt_interval},
+                    by_epoch={by_epoch}))
+log_processor = dict(by_epoch={by_epoch})
 log_level = 'INFO'
 {extra}
 """
@@ -120,6 +120,17 @@ def _config(folder: str, name: str, mmsafe: bool = True,
         wrapper='NaNSkipOptimWrapper' if mmsafe else 'OptimWrapper',
         log_interval=4, extra='' if mmsafe else "runner_type = 'Runner'")
     values.update(options)
+    if values.pop('epochs', None):
+        # 2 epochs of 6 iterations: the loop whose resume is exact on every
+        # supported MMEngine (MMEngine 0.7's iteration loop replays nothing)
+        values.update(sampler='DefaultSampler', by_epoch=True,
+                      ckpt_interval=2, train_cfg="dict(type="
+                      "'EpochBasedTrainLoop', max_epochs=2)")
+    else:
+        values.update(sampler='InfiniteSampler', by_epoch=False,
+                      ckpt_interval=values['max_iters'], train_cfg=f"dict("
+                      f"type='IterBasedTrainLoop', "
+                      f"max_iters={values['max_iters']})")
     cfg = write_config(osp.join(folder, f'{name}.py'),
                        CONFIG.format(**values))
     env = {'PYTHONPATH': os.pathsep.join(
@@ -127,15 +138,16 @@ def _config(folder: str, name: str, mmsafe: bool = True,
     return cfg, work_dir, env
 
 
-def _weights(work_dir: str, iters: int) -> dict:
+def _weights(work_dir: str, name: str) -> dict:
     from mmsafe.checkpoint import load_checkpoint_file
-    return load_checkpoint_file(osp.join(work_dir, f'iter_{iters}.pth'),
+    return load_checkpoint_file(osp.join(work_dir, f'{name}.pth'),
                                 map_location='cpu')['state_dict']
 
 
 def _healthy(mmsafe: bool):
     def run(folder):
-        cfg, work_dir, env = _config(folder, 'healthy', mmsafe=mmsafe)
+        cfg, work_dir, env = _config(folder, 'healthy', mmsafe=mmsafe,
+                                     epochs=True)
         return work_dir, run_train(cfg, timeout=300, env=env)
     return run_once_per_session(
         f'project_healthy_{"on" if mmsafe else "off"}', run)
@@ -150,7 +162,7 @@ def test_healthy_project_run_is_bit_identical_and_reports_guards():
     off_dir, off = _healthy(False)
     assert on.returncode == 0 and not on.timed_out, _ok(on)
     assert off.returncode == 0 and not off.timed_out, _ok(off)
-    on_w, off_w = _weights(on_dir, 8), _weights(off_dir, 8)
+    on_w, off_w = _weights(on_dir, 'epoch_2'), _weights(off_dir, 'epoch_2')
     assert on_w.keys() == off_w.keys()
     assert [k for k in on_w if not torch.equal(on_w[k], off_w[k])] == []
     out = on.output
@@ -327,7 +339,7 @@ def test_stop_signal_and_exact_resume_on_the_project(tmp_path):
     full_dir, full = _healthy(True)
     assert full.returncode == 0, _ok(full)
     cfg, work_dir, env = _config(
-        str(tmp_path), 'stopped',
+        str(tmp_path), 'stopped', epochs=True,
         imports=f"'mmsafe', {PROJECT!r}, 'tests.engine.preempt_toys'",
         extra="custom_hooks = _base_.custom_hooks + [dict(type="
         "'ProgressHook', delay=0.3)]")
@@ -346,10 +358,11 @@ def test_stop_signal_and_exact_resume_on_the_project(tmp_path):
         env=env)
     assert stopped.returncode == PREEMPTED_EXIT_CODE, _ok(stopped)
     done = read_events(work_dir, 'preempted')[0]['iter']
-    assert 3 <= done < 8
+    assert 3 <= done < 12
     resumed = run_train(cfg, timeout=300, args=['--resume'], env=env)
     assert resumed.returncode == 0, _ok(resumed)
     assert ': exact: the same remaining samples' in resumed.output, \
         _ok(resumed)
-    got, want = _weights(work_dir, 8), _weights(full_dir, 8)
+    got = _weights(work_dir, 'epoch_2')
+    want = _weights(full_dir, 'epoch_2')
     assert [k for k in got if not torch.equal(got[k], want[k])] == []
