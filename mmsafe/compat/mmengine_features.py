@@ -40,3 +40,48 @@ def error_as_raised(err: BaseException) -> BaseException:
            and str(err).endswith(str(inner))):
         err, inner = inner, inner.__context__
     return err
+
+
+def iter_loop_skips_trained_batches() -> bool:
+    """Whether MMEngine's ``IterBasedTrainLoop.run`` loads and drops the
+    batches a resumed run had trained before it goes on (MMEngine 0.8 and
+    newer: "Advance dataloader N steps"); MMEngine 0.7 starts the loader
+    from its first batch again.
+
+    Asked of MMEngine's own ``run``, on a stand-in loop that has trained
+    two of its two iterations: the batches it draws before it ends.
+    """
+    from mmengine.runner import IterBasedTrainLoop
+
+    class _Runner:
+        model = None
+        val_loop = None
+
+        def call_hook(self, *args, **kwargs) -> None:
+            pass
+
+    class _Batches:
+        drawn = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.drawn += 1
+            return {}
+
+    import logging
+
+    from mmengine.logging import MMLogger
+    batches = _Batches()
+    stand_in = object.__new__(IterBasedTrainLoop)
+    stand_in.__dict__.update(_runner=_Runner(), _iter=2, _max_iters=2,
+                             stop_training=False, dataloader_iterator=batches)
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # not the stand-in's "Advance ..." line
+    try:
+        IterBasedTrainLoop.run(stand_in)
+    finally:
+        logger.setLevel(level)
+    return batches.drawn == 2

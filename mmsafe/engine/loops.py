@@ -24,10 +24,15 @@ batches keep coming from where the loader is, so the data that preceded
 the rollback is not trained again in this pass, and the epoch count goes
 on.
 
-``IterBasedTrainLoop`` replays on a resume already (from the first
-iteration); :class:`ResumableIterBasedTrainLoop` only adds the generators
-and the report at the end of that replay. Without a plan both loops are
-MMEngine's.
+``IterBasedTrainLoop`` of MMEngine 0.8 and newer replays on a resume
+already (from the first iteration: "Advance dataloader N steps");
+:class:`ResumableIterBasedTrainLoop` adds the generators and the report at
+the end of that replay, and on MMEngine 0.7, whose loop starts the loader
+again from its first batch, draws those batches itself before the first
+one it trains (:func:`mmsafe.compat.mmengine_features.\
+iter_loop_skips_trained_batches`), so that a resumed run trains the
+batches it had not trained on every release. Without a plan both loops
+are MMEngine's.
 
 **Guards that must act before the workers start**
 (:func:`prepare_loop_loader`): ``IterBasedTrainLoop`` starts its loader's
@@ -54,9 +59,11 @@ from mmsafe.registry import LOOPS
 from mmengine.runner import BaseLoop, EpochBasedTrainLoop, IterBasedTrainLoop
 from torch.utils.data import DataLoader
 
+from mmsafe.compat.mmengine_features import iter_loop_skips_trained_batches
 from mmsafe.datasets.loader.processes import (shutdown_iterator,
                                               shutdown_loader)
 from mmsafe.engine.run_context import run_context
+from mmsafe.events import log
 
 
 #: the hook method that acts on a loop's loader before its workers start
@@ -185,6 +192,7 @@ class ResumableIterBasedTrainLoop(_Rewindable, IterBasedTrainLoop):
     replays_from_epoch_start = False  # MMEngine replays from iteration 0
 
     _replay: Optional[_CountingIterator] = None
+    _advance: Optional['_AdvanceFirst'] = None
 
     def __init__(self, runner, dataloader, *args, **kwargs) -> None:
         # MMEngine's own build of the loader (a dict config: with the
@@ -196,6 +204,8 @@ class ResumableIterBasedTrainLoop(_Rewindable, IterBasedTrainLoop):
 
     @property
     def dataloader_iterator(self):
+        if self._advance is not None:
+            return self._advance
         return self._replay if self._replay is not None else self._iterator
 
     @dataloader_iterator.setter
@@ -213,6 +223,8 @@ class ResumableIterBasedTrainLoop(_Rewindable, IterBasedTrainLoop):
                                                  self._end_replay)
             else:
                 plan.finish(self.runner, self.dataloader, 0)
+        if self._iter > 0 and not iter_loop_skips_trained_batches():
+            self._advance = _AdvanceFirst(self, self._iter)
         return super().run()
 
     def _end_replay(self, plan: Any, count: int) -> None:
@@ -227,6 +239,32 @@ class ResumableIterBasedTrainLoop(_Rewindable, IterBasedTrainLoop):
                                 'training went on')
             plan.finish(self.runner, self.dataloader, 0)
         super().run_iter(data_batch)
+
+
+class _AdvanceFirst:
+    """The first batch a resumed iteration loop draws, after the ``count``
+    batches it trained before (MMEngine 0.7's loop does not skip them).
+
+    Args:
+        loop (ResumableIterBasedTrainLoop): the loop; its
+            ``dataloader_iterator`` is this object until the first batch.
+        count (int): batches trained before the resume.
+    """
+
+    def __init__(self, loop: 'ResumableIterBasedTrainLoop',
+                 count: int) -> None:
+        self.loop, self.count = loop, count
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.loop._advance = None
+        log(f'advancing the train loader {self.count} batches past the '
+            'data trained before the resume')
+        for _ in range(self.count):
+            next(self.loop.dataloader_iterator)
+        return next(self.loop.dataloader_iterator)
 
 
 def replace_loop_loader(loop: Any, new_loader: DataLoader,

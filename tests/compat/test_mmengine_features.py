@@ -60,3 +60,17 @@ def test_error_as_raised_is_the_components_own_error():
     assert str(original) == 'bad field in a.xml'
     plain = ValueError('not from a build')
     assert error_as_raised(plain) is plain
+
+
+def test_iter_loop_skips_trained_batches_is_what_mmengine_does():
+    """Asked of MMEngine's own loop; its source tells the same (the skip
+    logs "Advance dataloader ..." where MMEngine has it)."""
+    import inspect
+
+    from mmengine.runner import IterBasedTrainLoop
+
+    from mmsafe.compat.mmengine_features import \
+        iter_loop_skips_trained_batches
+    skips = iter_loop_skips_trained_batches()
+    assert skips is ('Advance dataloader' in inspect.getsource(
+        IterBasedTrainLoop.run))
