@@ -321,6 +321,9 @@ def test_ddp_faults_on_one_rank_in_the_6_channel_layout(tmp_path):
                for f in unrelated)
     with open(osp.join(work_dir, 'safety_report.json')) as f:
         guards = json.load(f)['guards']
+    assert ('recognised loss_contrast in the loss dict; demanded from now '
+            'on, on every rank; chance level judged on loss_contrast with '
+            'weight 1 (assumed)') in out
     # nothing declared: the InfoNCE weight is assumed, hence partial
     assert guards['MACLCheckHook']['status'] == 'partial', guards
     assert 'assumed' in guards['MACLCheckHook']['detail']

@@ -30,7 +30,7 @@ from mmsafe.engine.utils import built_train_loop, unwrap_model
 from mmsafe.events import log
 from mmsafe.modalities import (BATCH_INPUTS, DICT_KEYS, FIELDS, INFRARED,
                                MODALITIES, MODEL_INPUTS, RECOGNISED_LOSSES,
-                               RESULT_KEYS, SAMPLE_FIELDS, VISIBLE, ImagePath,
+                               SAMPLE_FIELDS, VISIBLE, ImagePath,
                                check_declaration, is_infonce_name,
                                recognise_files, recognise_images,
                                use_declared_files)
@@ -299,6 +299,8 @@ def pipeline_geometry(runner) -> Tuple[bool, str]:
 
 
 def infrared_results_key(modalities: RunModalities) -> str:
-    """The results key of the infrared image, for messages."""
+    """Where the pipeline keeps the infrared image, for messages:
+    ``results['<key>']`` as declared, else in words."""
     declared = (modalities.fields.get('results') or {}).get(INFRARED)
-    return declared or '/'.join(RESULT_KEYS[INFRARED][:2])
+    return f'results[{declared!r}]' if declared else \
+        "the pipeline's results"

@@ -177,7 +177,7 @@ class MACLCheckHook(Hook):
         self._demanded: set = set()
         self._adopted: set = set()
         self._seen_here: set = set()
-        self._chance_term: Optional[str] = None
+        self._modalities = None
         self._weights: Dict[str, Optional[float]] = {}
         self._declared_pairs: Optional[int] = None
         self._liveness: Dict[str, LossLiveness] = {}
@@ -225,10 +225,21 @@ class MACLCheckHook(Hook):
                 f'{self.source})')
         self._weights = dict(declared or {})
         self._declared_pairs = modalities.num_pairs
-        self._chance_term = modalities.chance_term(self.terms)
+        self._modalities = modalities
         self._liveness = {t: LossLiveness(self.constant_iters)
                           for t in self.terms}
         self._verdicts.loss_key = self._chance_term or self.terms[0]
+
+    @property
+    def _chance_term(self) -> Optional[str]:
+        """The InfoNCE term whose chance level is judged: the declared
+        one, else the first InfoNCE-named term among those judged (or seen
+        here) so far."""
+        if self._modalities is None:
+            return None
+        judged = [t for t in self.terms if t in self._demanded
+                  or t in self._adopted or t in self._seen_here]
+        return self._modalities.chance_term(judged)
 
     def before_run(self, runner) -> None:
         self._sync = monitor_sync_of(runner)
@@ -318,24 +329,28 @@ class MACLCheckHook(Hook):
         files = None
         ratio = None
         possible = (self._pairs_of(data_batch) or 0) >= 2
+        found_keys = {}
         for term in self.terms:
-            key = find_loss_key(term, keys)
+            key = found_keys[term] = find_loss_key(term, keys)
             sync.post(Sync.MACL_CHECK.format(f'present/{term}'),
                       1.0 if key is not None else 0.0)
             if key is not None:
                 self._seen_here.add(term)
+        chance = self._chance_term
+        for term in self.terms:
+            key = found_keys[term]
             if not (term in self._demanded or term in self._adopted
                     or term in self._seen_here):
                 continue
             value = self._logged_value(runner, flat, key)
             term_ratio = None
-            if term == self._chance_term and value is not None and \
+            if term == chance and value is not None and \
                     math.isfinite(value):
                 term_ratio = ratio = self._chance_ratio(runner, flat, value,
                                                         data_batch)
             problems = self._liveness[term].problems(
                 value, term_ratio, contrast_possible=None
-                if term == self._chance_term else possible)
+                if term == chance else possible)
             for name in problems:
                 sync.post(Sync.MACL_CHECK.format(f'{name}/{term}'), 1.0)
                 if files is None:
