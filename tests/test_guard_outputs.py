@@ -74,7 +74,11 @@ def _mmsafe_guards(table):
 
 
 def _mmdet_registries():
-    return [obj for obj in vars(mmdet_registry).values()
+    """MMDetection's registries and mmsafe's scope (where the detection
+    stack is registered)."""
+    from mmsafe import registry as mmsafe_registry
+    return [obj for module in (mmdet_registry, mmsafe_registry)
+            for obj in vars(module).values()
             if isinstance(obj, type(mmdet_registry.HOOKS))]
 
 

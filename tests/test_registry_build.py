@@ -61,6 +61,7 @@ EXAMPLES = {
     },
     'hook': {
         'DataLoaderProbeHook': dict(type='DataLoaderProbeHook'),
+        'DivergenceRollbackHook': dict(type='DivergenceRollbackHook'),
         'EmptyBatchSyncHook': dict(type='EmptyBatchSyncHook'),
         'SkipAwareParamSchedulerHook': dict(
             type='SkipAwareParamSchedulerHook'),
