@@ -23,14 +23,11 @@ numpy dtype / array / scalar              plain data (:mod:`.numpy_data`)
 
 ``NEWOBJ`` creates only a ``HistoryBuffer`` (and a trusted class);
 ``BUILD`` applies only to an object this load made for it, once, with the
-state its own pickling writes. Objects named by the opt-in
-(:mod:`.trusted_names`) are the real ones: the user vouched for them, so
-they are called, created and built as pickle does, positional arguments
-only.
+state its own pickling writes. What the allowlist does not know it asks
+the load's :class:`~.trust.TrustedObjects` (the opt-in), then refuses.
 """
 import collections
 import re
-import sys
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -41,6 +38,7 @@ from .history_buffer import HistoryBufferObjects
 from .numpy_data import NumpyObjects
 from .tensors import TorchObjects
 from .tokens import Token, describe, expect_args, refuse
+from .trust import TrustedObjects
 from .unpickler import Rules, check_key
 
 _TEXT_ENCODINGS = ('latin1', 'latin-1', 'utf-8', 'utf8')
@@ -70,36 +68,27 @@ class CheckpointRules(Rules):
     Args:
         archive (CheckpointArchive): the file's checked records.
         map_location: as ``torch.load``'s.
-        trusted (dict): own dotted name -> object of the opted-in classes
-            and functions.
+        trust (TrustedObjects, optional): the opted-in classes and
+            functions of this load; none by default.
         torch_objects (TorchObjects, optional): the storages and tensors
             of another container (the legacy format); by default those of
             ``archive``.
     """
 
     def __init__(self, archive: Optional[CheckpointArchive],
-                 map_location: Any, trusted: Dict[str, Any],
+                 map_location: Any, trust: Optional[TrustedObjects] = None,
                  torch_objects: Optional[TorchObjects] = None):
-        self.trusted = dict(trusted)
-        self._trusted_ids = {id(obj) for obj in self.trusted.values()}
-        self.trusted_types = tuple(obj for obj in self.trusted.values()
-                                   if isinstance(obj, type))
+        self.trust = trust or TrustedObjects()
         #: id -> (object, builder): made by this load, awaiting BUILD
         self.pending: Dict[int, Tuple[Any, Callable[[Any, Any], None]]] = {}
         #: id -> object: built by this load
         self.built: Dict[int, Any] = {}
-        #: id -> object: what trusted classes and functions returned
-        self.trusted_results: Dict[int, Any] = {}
         self.torch = torch_objects or TorchObjects(archive, map_location)
         self.numpy = NumpyObjects(self.expect_build)
         self.history = HistoryBufferObjects(self.expect_build)
         self.globals: Dict[str, Any] = {
             **self._builtin_globals(), **self.torch.globals(),
             **self.numpy.globals(), **self.history.globals()}
-
-    def _trusted_result(self, result: Any) -> Any:
-        self.trusted_results[id(result)] = result
-        return result
 
     def expect_build(self, obj: Any, builder: Callable[[Any, Any],
                                                        None]) -> None:
@@ -110,8 +99,9 @@ class CheckpointRules(Rules):
         full = f'{module}.{name}'
         if full in self.globals:
             return self.globals[full]
-        if full in self.trusted:
-            return self.trusted[full]
+        trusted = self.trust.find(full)
+        if trusted is not None:
+            return trusted
         if module == 'torch' and _NEWER_DTYPE.match(name):
             raise CheckpointFormatError(
                 f'it holds tensors of dtype torch.{name}, which this torch '
@@ -124,16 +114,16 @@ class CheckpointRules(Rules):
     def call(self, func: Any, args: tuple) -> Any:
         if isinstance(func, Token) and func.call is not None:
             return func.call(args)
-        if id(func) in self._trusted_ids:
-            return self._trusted_result(func(*args))
+        if self.trust.trusts(func):
+            return self.trust.call(func, args)
         raise UntrustedCheckpointError(
             f'it calls {describe(func)}, which is not an allowed function')
 
     def new(self, cls: Any, args: tuple) -> Any:
         if isinstance(cls, Token) and cls.new is not None:
             return cls.new(args)
-        if isinstance(cls, type) and id(cls) in self._trusted_ids:
-            return self._trusted_result(cls.__new__(cls, *args))
+        if isinstance(cls, type) and self.trust.trusts(cls):
+            return self.trust.new(cls, args)
         raise UntrustedCheckpointError(
             f'it creates an object of {describe(cls)} (NEWOBJ), which only '
             "MMEngine's HistoryBuffer needs")
@@ -144,8 +134,8 @@ class CheckpointRules(Rules):
             entry[1](obj, state)
             self.built[id(obj)] = obj
             return
-        if self.trusted_types and type(obj) in self.trusted_types:
-            self._build_trusted(obj, state)
+        if self.trust.made_by_trusted_class(obj):
+            self.trust.build(obj, state)
             return
         raise UntrustedCheckpointError(
             f'it sets the state of {_what(obj)} (BUILD), which its own '
@@ -155,29 +145,9 @@ class CheckpointRules(Rules):
         return self.torch.persistent_load(pid)
 
     def container_add(self, container: Any) -> Callable[[Any, Any], None]:
-        if self.trusted_types and type(container) in self.trusted_types:
-
-            def add(key: Any, value: Any) -> None:
-                if key is None:
-                    container.append(value)
-                else:
-                    container[key] = value
-
-            return add
+        if self.trust.made_by_trusted_class(container):
+            return self.trust.container_add(container)
         return super().container_add(container)
-
-    @staticmethod
-    def _build_trusted(obj: Any, state: Any) -> None:
-        """``BUILD`` as pickle does it, for an instance of a trusted
-        class (its own ``__setstate__``, or its ``__dict__``)."""
-        if getattr(type(obj), '__setstate__', None) is not None:
-            obj.__setstate__(state)
-            return
-        if type(state) is not dict or not all(type(k) is str
-                                              for k in state):
-            raise refuse(f'a state of {type(state).__qualname__} for '
-                         f'{_what(obj)} (only a dict of attributes)')
-        vars(obj).update({sys.intern(k): v for k, v in state.items()})
 
     def finish(self) -> None:
         """After the pickle: every storage record was used."""

@@ -44,7 +44,8 @@ from typing import IO, Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from mmsafe.errors import MMSafeTypeError, MMSafeValueError
-from .errors import CheckpointFormatError
+from .errors import (CONVERT_HINT, DAMAGED_HINT, LEGACY_HINT,
+                     CheckpointFormatError, refusal_message)
 
 ZIP_MAGIC = b'PK\x03\x04'
 #: torch's legacy (non-zip) format starts with this number, pickled
@@ -74,19 +75,6 @@ Source = Union[str, os.PathLike, IO[bytes]]
 # zip names without the UTF-8 flag are cp437: its codec is imported here,
 # not by the first such file (a load imports nothing).
 codecs.lookup('cp437')
-
-#: where the docs say how to convert an old checkpoint once
-CONVERT_DOC = ('docs/user_guides/training_safety.md'
-               '#converting-an-old-checkpoint')
-CONVERT_HINT = ('mmsafe loads only the zip archive that torch.save writes for '
-                'plain data. If you trust the file, convert it once, outside '
-                f'training ({CONVERT_DOC}).')
-LEGACY_HINT = ('mmsafe loads only the zip archive that torch.save writes. '
-               'Convert it once: `python tools/convert_checkpoint.py OLD.pth '
-               'NEW.pth` reads it with the same checks (nothing of it runs) '
-               f'and writes that archive ({CONVERT_DOC}).')
-DAMAGED_HINT = ('The file is damaged or truncated: use another checkpoint '
-                '(--resume without a path picks the newest that loads).')
 
 
 def describe_non_zip(head: bytes) -> str:
@@ -218,8 +206,8 @@ class CheckpointArchive:
         detail = f' ({type(cause).__name__}: {cause})' if cause else ''
         how = how or (DAMAGED_HINT if damaged else CONVERT_HINT)
         return CheckpointFormatError(
-            f'[mmsafe] Refused to load checkpoint {self.name!r}: it {what}'
-            f'{detail}. {how}', damaged=damaged)
+            refusal_message(self.name, f'it {what}{detail}. {how}'),
+            damaged=damaged, filename=self.name)
 
     # ------------------------------------------------------- checking --
     def _read_at(self, offset: int, size: int) -> bytes:

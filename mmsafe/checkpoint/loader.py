@@ -11,24 +11,28 @@ runs anything a file names. In order:
    :class:`~.errors.CheckpointFormatError`, before its pickle is read;
 2. :class:`~.unpickler.CheckpointUnpickler` reads ``data.pkl`` under
    :class:`~.allowlist.CheckpointRules`: the opcodes of plain data, and
-   each allowed callable with its arguments checked; storages are built
-   from the checked records;
+   each allowed callable with its arguments checked, then the classes and
+   functions trusted now (:mod:`.trust`); storages are built from the
+   checked records;
 3. :func:`~.plain_data.check_plain_data` refuses anything in the result
    that is not plain data, cycles, deep nesting and shared-reference
    bombs.
 
-A refusal is one error that names the file and what it holds.
+A refusal raised on the way names no file; the loader completes it for
+the file it loads (:func:`complete_refusal`), so that every refusal is one
+error that names the file and what it holds.
 """
 import os
 from typing import Any, Optional
 
 from mmsafe.errors import MMSafeFileNotFoundError
 from .allowlist import CheckpointRules
-from .container import CONVERT_DOC, DAMAGED_HINT, CheckpointArchive
-from .errors import CheckpointFormatError, UntrustedCheckpointError
+from .container import CheckpointArchive
+from .errors import (CONVERT_DOC, DAMAGED_HINT, PLAIN_DATA_NOTE,
+                     CheckpointFormatError, CheckpointRefusal,
+                     UntrustedCheckpointError, refusal_message)
 from .plain_data import check_plain_data, node_budget
-from .trust import active_trusted_globals
-from .trusted_names import opt_in_hint
+from .trust import TrustedObjects, active_trusted_globals, opt_in_hint
 from .unpickler import CheckpointUnpickler
 
 
@@ -40,17 +44,21 @@ def display_name(f: Any) -> str:
     return name if isinstance(name, str) else f'<{type(f).__name__}>'
 
 
-def _explain_untrusted(name: str, err: UntrustedCheckpointError
-                       ) -> UntrustedCheckpointError:
-    hint = opt_in_hint(err.global_name) if err.global_name else (
-        'A checkpoint needs only plain data: re-save it with torch.save of '
-        f'its state dicts, or convert it once outside training '
-        f'({CONVERT_DOC}).')
-    return UntrustedCheckpointError(
-        f'[mmsafe] Refused to load checkpoint {name!r}: {err}. Nothing of '
-        'it ran: mmsafe loads checkpoints as plain data only (tensors, '
-        'numbers, strings, containers, numpy arrays, MMEngine\'s message '
-        f'hub), on every torch. {hint}', global_name=err.global_name)
+def complete_refusal(name: str, err: CheckpointRefusal) -> CheckpointRefusal:
+    """``err``, raised while reading the checkpoint ``name`` (it names no
+    file), as the refusal of that file, with what to do."""
+    if isinstance(err, UntrustedCheckpointError):
+        hint = opt_in_hint(err.global_name) if err.global_name else (
+            'A checkpoint needs only plain data: re-save it with torch.save '
+            f'of its state dicts, or convert it once outside training '
+            f'({CONVERT_DOC}).')
+        return UntrustedCheckpointError(
+            refusal_message(name, f'{err}. {PLAIN_DATA_NOTE} {hint}'),
+            global_name=err.global_name, filename=name)
+    damaged = getattr(err, 'damaged', True)
+    hint = f' {DAMAGED_HINT}' if damaged else ''
+    return CheckpointFormatError(refusal_message(name, f'{err}.{hint}'),
+                                 damaged=damaged, filename=name)
 
 
 def load_checkpoint_file(f: Any, map_location: Any = None,
@@ -77,27 +85,20 @@ def load_checkpoint_file(f: Any, map_location: Any = None,
             data; nothing of it ran.
     """
     name = display_name(f)
-    trusted = active_trusted_globals()
+    trust = TrustedObjects(active_trusted_globals())
     with CheckpointArchive(f, name, mmap=bool(mmap)) as archive:
-        rules = CheckpointRules(archive, map_location, trusted)
+        rules = CheckpointRules(archive, map_location, trust)
         try:
             result = CheckpointUnpickler(archive.pickle, rules).load()
             rules.finish()
             check_plain_data(
                 result, node_budget(len(archive.pickle)),
                 history_types=(rules.history.cls, ), built=rules.built,
-                trusted_types=rules.trusted_types,
-                trusted_ids={*map(id, trusted.values()),
-                             *rules.trusted_results})
-        except UntrustedCheckpointError as err:
-            raise _explain_untrusted(name, err) from err
-        except CheckpointFormatError as err:
-            if str(err).startswith('[mmsafe]'):
-                raise
-            hint = f' {DAMAGED_HINT}' if err.damaged else ''
-            raise CheckpointFormatError(
-                f'[mmsafe] Refused to load checkpoint {name!r}: {err}.{hint}',
-                damaged=err.damaged) from err
+                trust=trust)
+        except CheckpointRefusal as err:
+            if err.filename is not None:
+                raise  # complete: it names its file (the container's)
+            raise complete_refusal(name, err) from err
     return result
 
 

@@ -28,6 +28,7 @@ import torch
 from .errors import UntrustedCheckpointError
 from .numpy_data import plain_dtype
 from .tokens import describe
+from .trust import TrustedObjects
 
 MAX_DEPTH = 64
 _LEAVES = frozenset({type(None), bool, int, float, complex, str, bytes,
@@ -64,11 +65,10 @@ def _refuse(what: str, place: Place) -> UntrustedCheckpointError:
 class _Walk:
 
     def __init__(self, history_types: Tuple[type, ...], built: Dict[int, Any],
-                 trusted_types: Tuple[type, ...], trusted_ids: Set[int]):
+                 trust: TrustedObjects):
         self.history_types = history_types
         self.built = built
-        self.trusted_types = trusted_types
-        self.trusted_ids = trusted_ids
+        self.trust = trust
 
     def children(self, obj: Any, where: Place) -> Any:
         """The (place, child) pairs of a container; None for a leaf."""
@@ -94,8 +94,7 @@ class _Walk:
                 raise _refuse('a HistoryBuffer that was never given its '
                               'state', where)
             return None
-        if (self.trusted_types and kind in self.trusted_types) or \
-                id(obj) in self.trusted_ids:
+        if self.trust.holds(obj):
             return None
         raise _refuse(f'{describe(obj)}, which is not plain data', where)
 
@@ -111,8 +110,8 @@ class _Walk:
 
 
 def check_plain_data(obj: Any, budget: int, history_types: Tuple[type, ...],
-                     built: Dict[int, Any], trusted_types: Tuple[type, ...] =
-                     (), trusted_ids: Set[int] = frozenset()) -> None:
+                     built: Dict[int, Any],
+                     trust: Optional[TrustedObjects] = None) -> None:
     """Refuse ``obj`` unless it is plain data (see the module docstring).
 
     Args:
@@ -120,13 +119,14 @@ def check_plain_data(obj: Any, budget: int, history_types: Tuple[type, ...],
         budget (int): the most nodes, counted per reference.
         history_types (tuple): MMEngine's ``HistoryBuffer`` class.
         built (dict): id -> object of what this load gave its state.
-        trusted_types (tuple): trusted classes (their instances are leaves).
-        trusted_ids (set): ids of trusted objects (functions, classes).
+        trust (TrustedObjects, optional): what this load trusts (what it
+            :meth:`~.trust.TrustedObjects.holds` is a leaf); none by
+            default.
 
     Raises:
         UntrustedCheckpointError: what is refused, and where.
     """
-    walk = _Walk(history_types, built, trusted_types, set(trusted_ids))
+    walk = _Walk(history_types, built, trust or TrustedObjects())
     weights: Dict[int, int] = {}
     on_path: Set[int] = set()
     root = walk.children(obj, None)

@@ -5,17 +5,18 @@ MMEngine downloads ``http(s)://``, ``torchvision://`` and ``open-mmlab://``
 weights (``init_cfg=dict(type='Pretrained', checkpoint=...)``, ``load_from``)
 with ``torch.hub.load_state_dict_from_url``: no timeout, so an offline node
 either hangs on the connection or dies in the model's init with a raw
-``urllib`` traceback. :func:`register_remote_weight_schemes` (called by
-:class:`~mmsafe.engine.runner.SafeRunner`) registers loaders for these
-schemes through MMEngine's extension point
-(``CheckpointLoader.register_scheme(..., force=True)``) that:
+``urllib`` traceback. mmsafe's loader of these schemes
+(:func:`~.schemes.load_from_url_or_cache`) finds the file here:
 
-* load the file from ``torch.hub.get_dir()/checkpoints/<basename>`` when it
-  is there (the place MMEngine's own download puts it), without network;
-* otherwise download it there (a temporary file renamed when complete) with
-  a socket timeout of ``MMSAFE_DOWNLOAD_TIMEOUT`` seconds (default 15);
-* on failure raise :class:`WeightsUnavailableError` naming the URL, the
-  cache path and the fixes, chained to the original error.
+* :func:`weights_location`: the https URL behind a model-zoo name (or the
+  file under MMEngine's home that an ``open-mmlab://`` entry names);
+* :func:`ensure_cached`: the file from
+  ``torch.hub.get_dir()/checkpoints/<basename>`` when it is there (the
+  place MMEngine's own download puts it), without network; otherwise
+  downloaded there (a temporary file renamed when complete) with a socket
+  timeout of ``MMSAFE_DOWNLOAD_TIMEOUT`` seconds (default 15);
+* on failure :class:`WeightsUnavailableError` naming the URL, the cache
+  path and the fixes, chained to the original error.
 
 Under ``torch.distributed`` the first rank of each node downloads while the
 others wait in one small collective that tells every rank every rank's
@@ -26,13 +27,12 @@ import os.path as osp
 import shutil
 import tempfile
 import urllib.request
-from typing import Any, List, Optional
+from typing import List, Optional
 from urllib.parse import urlparse
 
 import torch
 
 from mmsafe.errors import MMSafeError, MMSafeKeyError, MMSafeValueError
-from .loader import load_checkpoint_file, load_from_local
 
 #: environment variable: socket timeout of a weight download, in seconds
 TIMEOUT_ENV = 'MMSAFE_DOWNLOAD_TIMEOUT'
@@ -187,8 +187,14 @@ def ensure_cached(url: str, name: Optional[str] = None) -> str:
     return cached
 
 
-def load_from_url_or_cache(filename: str, map_location: Any = None) -> Any:
-    """CheckpointLoader scheme for http(s) URLs and model-zoo names."""
+def weights_location(filename: str) -> str:
+    """Where the weights that ``filename`` (a URL or model-zoo name) names
+    are: an http(s) URL, or the path of a file under MMEngine's home (an
+    ``open-mmlab://`` entry may name one).
+
+    Raises:
+        WeightsUnavailableError: the name does not resolve.
+    """
     try:
         url = resolve_url(filename)
     except (ImportError, KeyError) as err:
@@ -196,31 +202,7 @@ def load_from_url_or_cache(filename: str, map_location: Any = None) -> Any:
             f'[mmsafe] cannot resolve the pretrained weights {filename}: '
             f'{type(err).__name__}: {err}. Fix: give the https URL or a '
             'local path of the file in the config instead.') from err
-    if not url.startswith(('http://', 'https://')):
-        # open-mmlab:// entries may name a file under MMENGINE_HOME
-        from mmengine.runner import checkpoint as mm_ckpt
-        return load_from_local(
-            osp.join(mm_ckpt._get_mmengine_home(), url), map_location)
-    path = ensure_cached(url, name=filename)
-    checkpoint = load_checkpoint_file(path, map_location)
-    if filename.startswith('mmcls://'):
-        from mmengine.runner.checkpoint import _process_mmcls_checkpoint
-        checkpoint = _process_mmcls_checkpoint(checkpoint)
-    return checkpoint
-
-
-#: the schemes whose files come from the torch hub cache
-SCHEMES = ('http://', 'https://', 'torchvision://', 'modelzoo://',
-           'open-mmlab://', 'openmmlab://', 'mmcls://')
-
-
-def register_remote_weight_schemes() -> None:
-    """Register :func:`load_from_url_or_cache` for :data:`SCHEMES` through
-    MMEngine's ``CheckpointLoader.register_scheme`` (idempotent).
-
-    :class:`~mmsafe.engine.runner.SafeRunner` calls it when it is built: a
-    config opts in with ``runner_type='SafeRunner'``.
-    """
-    from mmengine.runner import CheckpointLoader
-    CheckpointLoader.register_scheme(
-        prefixes=list(SCHEMES), loader=load_from_url_or_cache, force=True)
+    if url.startswith(('http://', 'https://')):
+        return url
+    from mmengine.runner import checkpoint as mm_ckpt
+    return osp.join(mm_ckpt._get_mmengine_home(), url)

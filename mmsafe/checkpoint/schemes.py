@@ -30,10 +30,32 @@ from typing import Any
 
 from mmsafe.errors import MMSafeImportError, MMSafeValueError
 from .loader import load_checkpoint_file, load_from_local
-from .remote_weights import register_remote_weight_schemes
+from .remote_weights import ensure_cached, weights_location
 
+#: the schemes whose files come from the torch hub cache
+SCHEMES = ('http://', 'https://', 'torchvision://', 'modelzoo://',
+           'open-mmlab://', 'openmmlab://', 'mmcls://')
 #: MMEngine's prefixes of its object-storage schemes
 CEPH_PREFIXES = (r'(\S+\:)?s3://', r'(\S+\:)?petrel://')
+
+
+def load_from_url_or_cache(filename: str, map_location: Any = None) -> Any:
+    """CheckpointLoader scheme for http(s) URLs and model-zoo names: the
+    file from the torch hub cache, else downloaded with a deadline
+    (:mod:`.remote_weights`), loaded with :func:`load_checkpoint_file`.
+
+    Raises:
+        WeightsUnavailableError: neither cached nor downloadable.
+    """
+    location = weights_location(filename)
+    if not location.startswith(('http://', 'https://')):
+        return load_from_local(location, map_location)
+    checkpoint = load_checkpoint_file(ensure_cached(location, name=filename),
+                                      map_location)
+    if filename.startswith('mmcls://'):
+        from mmengine.runner.checkpoint import _process_mmcls_checkpoint
+        checkpoint = _process_mmcls_checkpoint(checkpoint)
+    return checkpoint
 
 
 def load_from_ceph(filename: str, map_location: Any = None,
@@ -70,6 +92,14 @@ def register_local_weights_only_scheme() -> None:
     from mmengine.runner import CheckpointLoader
     CheckpointLoader.register_scheme(prefixes='', loader=load_from_local,
                                      force=True)
+
+
+def register_remote_weight_schemes() -> None:
+    """Register :func:`load_from_url_or_cache` for :data:`SCHEMES`.
+    Idempotent."""
+    from mmengine.runner import CheckpointLoader
+    CheckpointLoader.register_scheme(
+        prefixes=list(SCHEMES), loader=load_from_url_or_cache, force=True)
 
 
 def register_checkpoint_schemes() -> None:

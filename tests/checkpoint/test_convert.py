@@ -13,8 +13,8 @@ import mmsafe  # noqa: F401
 from mmsafe.checkpoint import (CheckpointFormatError,
                                UntrustedCheckpointError,
                                load_checkpoint_file)
-from mmsafe.checkpoint.convert import convert_checkpoint
-from mmsafe.checkpoint.legacy import load_legacy_checkpoint
+from mmsafe.checkpoint.convert import (convert_checkpoint,
+                                      load_legacy_checkpoint)
 from tests.checkpoint.fuzz import runner_like_checkpoint, same_data
 
 

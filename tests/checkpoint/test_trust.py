@@ -15,8 +15,7 @@ import mmsafe  # noqa: F401
 from mmsafe.checkpoint import (UntrustedCheckpointError, explain_refusals,
                                load_checkpoint_file,
                                trusted_checkpoint_globals)
-from mmsafe.checkpoint.trusted_names import (opt_in_hint,
-                                             resolve_trusted_globals)
+from mmsafe.checkpoint.trust import opt_in_hint, resolve_trusted_globals
 from tests.checkpoint import payloads as p
 from tests.engine.ckpt_toys import TrustedNote
 

@@ -177,8 +177,8 @@ def test_a_server_that_never_answers_hits_the_download_deadline(
 
     from mmengine.runner import CheckpointLoader
 
-    from mmsafe.checkpoint.remote_weights import (
-        WeightsUnavailableError, register_remote_weight_schemes)
+    from mmsafe.checkpoint.remote_weights import WeightsUnavailableError
+    from mmsafe.checkpoint.schemes import register_remote_weight_schemes
     register_remote_weight_schemes()
     monkeypatch.setenv('MMSAFE_DOWNLOAD_TIMEOUT', '1')
     with socket.socket() as server:
