@@ -10,7 +10,9 @@ function-level import makes work at run time, ties the modules on it
 together: each import order has to be thought through again when one of
 them changes. The analysis that training hooks and the tools share
 (``mmsafe.analysis``) sits below both: it reaches neither, not even
-through other modules.
+through other modules. Every module belongs to one of :data:`LAYERS` and
+imports no module of a layer above its own (the tools' own code,
+``mmsafe.tools_lib``, never imports a tool).
 """
 import ast
 from pathlib import Path
@@ -232,3 +234,70 @@ def test_reachable_follows_imports_through_other_modules():
     graph = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': set()}
     assert _reachable(graph, 'a') == {'b', 'c'}
     assert _reachable(graph, 'd') == set()
+
+
+# The layers of mmsafe, lowest first. A module imports its own layer and
+# those below it, never one above: what a layer is built on does not
+# depend on it. ``mmsafe`` is the package itself (importing it registers
+# every component); the tools import it, nothing below them does.
+LAYERS = (
+    ('foundation', ('mmsafe.errors', 'mmsafe.version', 'mmsafe._deps',
+                    'mmsafe.compat', 'mmsafe.registry', 'mmsafe.registry_help',
+                    'mmsafe.dist', 'mmsafe.rng', 'mmsafe.guard_outputs',
+                    'mmsafe.modalities', 'mmsafe.events')),
+    ('components', ('mmsafe.checkpoint', 'mmsafe.datasets', 'mmsafe.models',
+                    'mmsafe.evaluation')),
+    ('analysis', (ANALYSIS, )),
+    ('engine', ('mmsafe.engine', )),
+    ('package', ('mmsafe', )),
+    ('tool support', ('mmsafe.configs', 'mmsafe.preflight',
+                      'mmsafe.tools_lib')),
+    ('tools', ('mmsafe.tools', )),
+)
+
+
+def layer_of(module: str, layers=LAYERS) -> Optional[int]:
+    """The index in ``layers`` of the layer that ``module`` belongs to (its
+    longest listed package; the root package only as itself)."""
+    best, found = -1, None
+    for index, (_, packages) in enumerate(layers):
+        for package in packages:
+            own = module == package if '.' not in package else \
+                _within(module, package)
+            if own and len(package) > best:
+                best, found = len(package), index
+    return found
+
+
+def upward_imports(graph: Dict[str, Set[str]], layers=LAYERS) -> List[str]:
+    """``a -> b`` for every import of a module of a higher layer."""
+    return sorted(
+        f'{module} ({layers[layer_of(module, layers)][0]}) -> {target} '
+        f'({layers[layer_of(target, layers)][0]})'
+        for module, targets in graph.items() for target in targets
+        if layer_of(target, layers) > layer_of(module, layers))
+
+
+def test_the_layer_rule_is_read_as_documented():
+    layers = (('low', ('pkg.a', )), ('high', ('pkg.b', 'pkg')))
+    assert layer_of('pkg.a.x', layers) == 0
+    assert layer_of('pkg.b', layers) == 1 and layer_of('pkg', layers) == 1
+    assert layer_of('pkg.c', layers) is None
+    graph = {'pkg.a.x': {'pkg.b.y'}, 'pkg.b.y': {'pkg.a'}, 'pkg.a': set(),
+             'pkg': {'pkg.a'}}
+    assert upward_imports(graph, layers) == ['pkg.a.x (low) -> pkg.b.y (high)']
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in import_graph() if layer_of(m) is None)
+    assert not unplaced, (
+        'modules in no layer of LAYERS (add their package where it '
+        f'belongs): {unplaced}')
+
+
+def test_no_module_imports_a_layer_above_it():
+    assert layer_of('mmsafe.tools_lib.cli') < layer_of('mmsafe.tools')
+    upward = upward_imports(import_graph())
+    assert not upward, (
+        'imports of a higher layer (move the shared code down, into the '
+        'lower layer, and import it from there):\n  ' + '\n  '.join(upward))

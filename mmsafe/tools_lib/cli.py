@@ -1,9 +1,47 @@
-"""What ``tools/train.py`` and ``tools/test.py`` share: loading a config as
-MMDetection's tools do, building the runner, and a clean distributed end."""
+"""What mmsafe's command-line tools share: loading a config as
+MMDetection's tools do (``mmsafe::`` names included), building the runner,
+and a clean distributed end."""
 import contextlib
 import logging
 import os.path as osp
 from typing import Iterator, Optional
+
+from mmsafe.errors import MMSafeFileNotFoundError
+
+#: mmsafe's configs: the clone's ``configs/`` folder, copied into an
+#: installed package (linked in an editable install)
+CONFIG_DIR = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
+                      '.mim', 'configs')
+
+
+def scoped_config_path(config: str) -> str:
+    """The file of a config named on a command line by package:
+    ``mmsafe::llvip/demo_cpu.py`` is ``llvip/demo_cpu.py`` of
+    :data:`CONFIG_DIR`, ``mmdet::...`` the same in the installed
+    MMDetection's ``.mim/configs``; ``config`` itself when it names no
+    package.
+
+    Raises:
+        FileNotFoundError: the package has no such config; the message
+            says where it looked.
+    """
+    scope, sep, rel = config.partition('::')
+    if not sep:
+        return config
+    if scope == 'mmsafe':
+        root = CONFIG_DIR
+    else:
+        from mmengine.config.utils import MODULE2PACKAGE
+        from mmengine.utils import get_installed_path
+        root = osp.join(get_installed_path(MODULE2PACKAGE.get(scope, scope)),
+                        '.mim', 'configs')
+    path = osp.join(root, rel)
+    if not osp.isfile(path):
+        raise MMSafeFileNotFoundError(
+            f'[mmsafe] {config!r}: no such config in {root}. A package '
+            "ships its configs there (mmsafe's are those of a clone's "
+            "configs/ folder, e.g. 'mmsafe::llvip/demo_cpu.py').")
+    return path
 
 
 def read_config(config: str):
@@ -12,7 +50,6 @@ def read_config(config: str):
     from mmengine.config import Config
 
     from mmsafe.compat.config_scope import register_config_scope
-    from mmsafe.tools import scoped_config_path
     register_config_scope()
     return Config.fromfile(scoped_config_path(config))
 
