@@ -119,19 +119,29 @@ def explained_errors(debug: bool = False) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------
 # Python's error types as mmsafe raises them. Each is the builtin type (so
-# ``except ValueError`` catches it) and an MMSafeError, and keeps the
-# builtin's name, so that messages and logs that print ``type(e).__name__``
-# read as before (a traceback shows ``mmsafe.errors.ValueError``). The rest
-# of mmsafe imports them by their MMSafe* names below, which shadow nothing.
-class ValueError(MMSafeError, builtins.ValueError):
+# ``except ValueError`` catches it) and an MMSafeError, under a name of its
+# own (``MMSafeValueError``: nothing here shadows a builtin). Its
+# ``__name__`` is the builtin's, so that messages and logs that print
+# ``type(e).__name__`` read ``ValueError`` as Python's would; its qualified
+# name stays its own, which pickles (a DataLoader worker's or a spawned
+# rank's error, sent back) and tracebacks use.
+def _named_as_builtin(cls: type) -> type:
+    cls.__name__ = cls.__bases__[-1].__name__
+    return cls
+
+
+@_named_as_builtin
+class MMSafeValueError(MMSafeError, builtins.ValueError):
     """A ``ValueError`` that mmsafe raises on purpose."""
 
 
-class TypeError(MMSafeError, builtins.TypeError):
+@_named_as_builtin
+class MMSafeTypeError(MMSafeError, builtins.TypeError):
     """A ``TypeError`` that mmsafe raises on purpose."""
 
 
-class KeyError(MMSafeError, builtins.KeyError):
+@_named_as_builtin
+class MMSafeKeyError(MMSafeError, builtins.KeyError):
     """A ``KeyError`` that mmsafe raises on purpose."""
 
     def __str__(self) -> str:
@@ -143,51 +153,46 @@ class KeyError(MMSafeError, builtins.KeyError):
         return super().__str__()
 
 
-class IndexError(MMSafeError, builtins.IndexError):
+@_named_as_builtin
+class MMSafeIndexError(MMSafeError, builtins.IndexError):
     """An ``IndexError`` that mmsafe raises on purpose."""
 
 
-class AttributeError(MMSafeError, builtins.AttributeError):
+@_named_as_builtin
+class MMSafeAttributeError(MMSafeError, builtins.AttributeError):
     """An ``AttributeError`` that mmsafe raises on purpose."""
 
 
-class RuntimeError(MMSafeError, builtins.RuntimeError):
+@_named_as_builtin
+class MMSafeRuntimeError(MMSafeError, builtins.RuntimeError):
     """A ``RuntimeError`` that mmsafe raises on purpose."""
 
 
-class NotImplementedError(MMSafeError, builtins.NotImplementedError):
+@_named_as_builtin
+class MMSafeNotImplementedError(MMSafeError, builtins.NotImplementedError):
     """A ``NotImplementedError`` that mmsafe raises on purpose."""
 
 
-class ImportError(MMSafeError, builtins.ImportError):
+@_named_as_builtin
+class MMSafeImportError(MMSafeError, builtins.ImportError):
     """An ``ImportError`` that mmsafe raises on purpose."""
 
 
-class OSError(MMSafeError, builtins.OSError):
+@_named_as_builtin
+class MMSafeOSError(MMSafeError, builtins.OSError):
     """An ``OSError`` that mmsafe raises on purpose."""
 
 
-class FileNotFoundError(MMSafeError, builtins.FileNotFoundError):
+@_named_as_builtin
+class MMSafeFileNotFoundError(MMSafeError, builtins.FileNotFoundError):
     """A ``FileNotFoundError`` that mmsafe raises on purpose."""
 
 
-class FileExistsError(MMSafeError, builtins.FileExistsError):
+@_named_as_builtin
+class MMSafeFileExistsError(MMSafeError, builtins.FileExistsError):
     """A ``FileExistsError`` that mmsafe raises on purpose."""
 
 
-class TimeoutError(MMSafeError, builtins.TimeoutError):
+@_named_as_builtin
+class MMSafeTimeoutError(MMSafeError, builtins.TimeoutError):
     """A ``TimeoutError`` that mmsafe raises on purpose."""
-
-
-MMSafeValueError = ValueError
-MMSafeTypeError = TypeError
-MMSafeKeyError = KeyError
-MMSafeIndexError = IndexError
-MMSafeAttributeError = AttributeError
-MMSafeRuntimeError = RuntimeError
-MMSafeNotImplementedError = NotImplementedError
-MMSafeImportError = ImportError
-MMSafeOSError = OSError
-MMSafeFileNotFoundError = FileNotFoundError
-MMSafeFileExistsError = FileExistsError
-MMSafeTimeoutError = TimeoutError
