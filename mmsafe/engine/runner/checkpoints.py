@@ -106,6 +106,15 @@ class RunCheckpoints:
                 self._found = find_latest_loadable_checkpoint(work_dir)
         return self._found
 
+    def resume_latest(self) -> None:
+        """Resume from :meth:`target`, when there is one (the run
+        :meth:`auto_resumes`)."""
+        resume_from = self.target()
+        if resume_from is not None:
+            self.runner.logger.info(
+                f'Auto resumed from the latest checkpoint {resume_from}.')
+            self.runner.resume(resume_from)
+
     def adopt_resumed_seed(self, randomness_cfg: Dict) -> None:
         """A resuming run whose config sets no seed takes the checkpoint's
         seed before its train loader is built.

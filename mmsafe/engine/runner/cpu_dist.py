@@ -17,6 +17,7 @@ import torch.distributed as torch_dist
 from mmengine.device import get_device
 from mmengine.dist import is_distributed
 from mmengine.model import is_model_wrapper
+from mmengine.registry import MODEL_WRAPPERS
 
 from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.events import log, log_once
@@ -148,3 +149,10 @@ def cpu_ddp_wrapper_cfg(model_wrapper_cfg, cfg) -> dict:
         find_unused_parameters=cfg.get('find_unused_parameters', False)))
     wrapper.setdefault('type', 'MMDistributedDataParallel')
     return wrapper
+
+
+def wrap_on_cpu(model_wrapper_cfg, cfg, model: torch.nn.Module):
+    """``model`` in the wrapper of :func:`cpu_ddp_wrapper_cfg` (for a run
+    where :func:`wraps_on_cpu`)."""
+    return MODEL_WRAPPERS.build(cpu_ddp_wrapper_cfg(model_wrapper_cfg, cfg),
+                                default_args=dict(module=model))

@@ -15,7 +15,6 @@ import inspect
 from typing import Dict, Optional
 
 import torch.nn as nn
-from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner
 
 from mmsafe.checkpoint import register_checkpoint_schemes
@@ -29,13 +28,12 @@ from mmsafe.registry_help import announce_scope
 from .checkpoints import (RunCheckpoints, atomic_save_args,
                           with_atomic_checkpoint_hook)
 from .config_text import formatted_once
-from .cpu_dist import (cpu_ddp_wrapper_cfg, dist_env_cfg, env_cfg_or_default,
+from .cpu_dist import (dist_env_cfg, env_cfg_or_default, wrap_on_cpu,
                        wraps_on_cpu)
 from .crash import CrashPath, add_rank_fault_hook
 from .dataloader import guard_built_loader
 from .run_loops import BuiltLoops, resumable_train_loop
-from .stop import (Preempted, StopTraining, TrainingPreempted,
-                   end_stopped_training)
+from .stop import TrainingPreempted, train_until_stopped
 
 #: The private parts of MMEngine's ``Runner`` that SafeRunner uses, each
 #: with why no public attribute or extension point serves
@@ -74,10 +72,9 @@ class SafeRunner(Runner):
       wrapper pipelines refused, workers that outlive stop signals;
     * skip events of the NaN-skip optim wrappers in the event log, and
       their spike skip as the config's ``mmsafe_spike_skip`` sets it;
-    * a :class:`~mmsafe.engine.runner.StopTraining` of a hook ends training
-      cleanly (``after_train``/``after_run`` hooks run; after
-      :class:`~mmsafe.engine.runner.Preempted`,
-      :class:`~mmsafe.engine.runner.TrainingPreempted` is raised);
+    * **stops** (:mod:`~mmsafe.engine.runner.stop`): a hook's
+      ``StopTraining`` ends training cleanly (``after_train``/``after_run``
+      hooks run); after ``Preempted``, ``TrainingPreempted`` is raised;
     * **failures** (:mod:`~mmsafe.engine.runner.crash`): a default
       ``RankFaultHook``, the rank channel under DDP, an error of
       ``train``/``val``/``test`` explained by the hooks, told to the other
@@ -124,9 +121,7 @@ class SafeRunner(Runner):
                    model: nn.Module) -> nn.Module:
         if not wraps_on_cpu(self, model):
             return super().wrap_model(model_wrapper_cfg, model)
-        return MODEL_WRAPPERS.build(
-            cpu_ddp_wrapper_cfg(model_wrapper_cfg, self.cfg),
-            default_args=dict(module=model))
+        return wrap_on_cpu(model_wrapper_cfg, self.cfg, model)
 
     @staticmethod
     def build_dataloader(dataloader, seed=None, diff_rank_seed=False):
@@ -159,11 +154,7 @@ class SafeRunner(Runner):
     def load_or_resume(self) -> None:
         if not self._checkpoints.auto_resumes():
             return super().load_or_resume()
-        resume_from = self._checkpoints.target()
-        if resume_from is not None:
-            self.logger.info(
-                f'Auto resumed from the latest checkpoint {resume_from}.')
-            self.resume(resume_from)
+        self._checkpoints.resume_latest()
 
     def resume(self, filename: str, *args, **kwargs) -> None:
         self._checkpoints.before_resume()
@@ -189,19 +180,12 @@ class SafeRunner(Runner):
     # ------------------------------------------------------ run control --
     def train(self) -> nn.Module:
         with self._crash.reported():
-            try:
-                model = super().train()
-            except StopTraining as stop:
-                end_stopped_training(self, stop)
-                self._loops.stop_workers()
-                if not isinstance(stop, Preempted):
-                    return self.model
-                preempted = stop
-            else:
-                self._loops.stop_workers()
-                return model
+            model, preempted = train_until_stopped(
+                self, super().train, self._loops.stop_workers)
         # Outside the crash report: a stop signal is not a failure.
-        raise TrainingPreempted(preempted.exit_code, preempted.checkpoint)
+        if preempted is not None:
+            raise TrainingPreempted(preempted.exit_code, preempted.checkpoint)
+        return model
 
     def val(self) -> dict:
         with self._crash.reported():

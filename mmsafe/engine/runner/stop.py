@@ -3,7 +3,7 @@ exit of a run that a stop signal ended, and how a tool ends after an
 error."""
 import contextlib
 import logging
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, end_process_after
 from mmsafe.errors import MMSafeError
@@ -83,3 +83,27 @@ def end_stopped_training(runner, stop: StopTraining) -> None:
         '(after_train and after_run hooks run).', logging.WARNING)
     runner.call_hook('after_train')
     runner.call_hook('after_run')
+
+
+def train_until_stopped(runner, train: Callable[[], Any],
+                        end: Callable[[], None]
+                        ) -> Tuple[Any, Optional[Preempted]]:
+    """``train()`` (MMEngine's ``Runner.train``), where a
+    :class:`StopTraining` of a hook ends training cleanly
+    (:func:`end_stopped_training`); ``end`` runs after training, stopped or
+    not (an error passes unchanged).
+
+    Returns:
+        tuple: the model, and the :class:`Preempted` that ended training
+        when a stop signal did (None otherwise): the caller raises
+        :class:`TrainingPreempted` for it outside its crash report, since a
+        stop signal is not a failure.
+    """
+    try:
+        model = train()
+    except StopTraining as stop:
+        end_stopped_training(runner, stop)
+        end()
+        return runner.model, stop if isinstance(stop, Preempted) else None
+    end()
+    return model, None
