@@ -107,7 +107,7 @@ def log_once(key: str, message: str, level: int = logging.WARNING,
 
 def update_counters(guard: str, **counts: Any) -> None:
     """Publish a guard's counters in the message hub as ``mmsafe/<guard>``
-    (``guard``: one of :class:`mmsafe.guard_outputs.Counter`)."""
+    (``guard``: one of :class:`mmsafe.guard_outputs.CounterKey`)."""
     owner_of('counters', guard)
     from mmengine.logging import MessageHub
     hub = MessageHub.get_current_instance()

@@ -5,7 +5,7 @@ A guard reports through three channels (:mod:`mmsafe.events`):
 * **events**: records of ``{work_dir}/mmsafe_events.jsonl``, one per thing
   that happened, with a ``kind`` (:class:`Event`);
 * **counters**: one dict per guard in the runner's message hub, under
-  ``mmsafe/<key>`` (:class:`Counter`), gathered by ``SafetyReportHook``;
+  ``mmsafe/<key>`` (:class:`CounterKey`), gathered by ``SafetyReportHook``;
 * **scalars**: ``train/*`` values in the message hub (:class:`Scalar`),
   which MMEngine's logger and visualizer backends (TensorBoard, ...) show.
 
@@ -22,7 +22,7 @@ on the guard: the class that emits it has a ``guard_outputs`` attribute
     class HangWatchdogHook(Hook):
         guard_outputs = GuardOutputs(
             Section.WATCHDOG_EVENTS, events=(Event.HANG, Event.HANG_ABORT),
-            counters=(Counter.HANG_WATCHDOG, ))
+            counters=(CounterKey.HANG_WATCHDOG, ))
 
 The table of declared outputs (:class:`DeclaredOutputs`) is collected from
 MMEngine's registries (every root registry and its children: MMDetection's,
@@ -108,7 +108,7 @@ class Event:
     BAND_STOP = 'band_stop'
 
 
-class Counter:
+class CounterKey:
     """Message hub keys of the guards' counters (``mmsafe/<key>``)."""
     STEP_GUARD = 'step_guard'
     ROLLBACK = 'rollback'

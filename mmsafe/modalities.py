@@ -340,7 +340,12 @@ def _check_images(field: str, value: Any) -> Dict[str, Optional[str]]:
     out = {}
     for name in MODALITIES:
         if value.get(name) is not None:
-            ImagePath(value[name])  # validated here, at start-up
+            try:  # validated here, at start-up
+                ImagePath(value[name])
+            except MMSafeValueError as err:
+                raise MMSafeValueError(
+                    f'[mmsafe] mmsafe_modalities.{field}.{name}: '
+                    f'{str(err).replace("[mmsafe] ", "", 1)}') from err
         out[name] = value.get(name)
     return out
 

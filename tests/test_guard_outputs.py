@@ -31,7 +31,7 @@ from mmsafe.events import (read_events, update_counters, update_scalar,
                            write_event)
 from tests.utils import REPO_ROOT
 
-NAMESPACES = {'events': go.Event, 'counters': go.Counter,
+NAMESPACES = {'events': go.Event, 'counters': go.CounterKey,
               'scalars': go.Scalar, 'findings': go.Finding, 'sync': go.Sync}
 # function -> (index of the argument that names the output, its kind)
 EMITTERS = {'write_event': (1, 'events'), 'update_counters': (0, 'counters'),
@@ -129,7 +129,7 @@ def _constant_of(node: ast.AST, bound: dict):
         return _constant_of(node.func, bound)
     if isinstance(node, ast.Attribute):
         if isinstance(node.value, ast.Name) and node.value.id in (
-                'Event', 'Counter', 'Scalar', 'Finding', 'Sync'):
+                'Event', 'CounterKey', 'Scalar', 'Finding', 'Sync'):
             return f'{node.value.id}.{node.attr}'
         return _constant_of(node.value, bound)
     return None
@@ -280,18 +280,18 @@ def test_report_sections_follow_the_declarations():
             for name in getattr(guard.outputs, kind):
                 assert report.section_of(name) == guard.outputs.section, name
     assert report.section_of(go.Event.PREEMPTED) == 'preemption'
-    assert report.section_of(go.Counter.STEP_GUARD) == 'skipped_steps'
+    assert report.section_of(go.CounterKey.STEP_GUARD) == 'skipped_steps'
     assert report.section_of('from_an_older_run') == 'other'
     moved = SafetyReport(sections=[('bands', ['ScalarBandsHook'])])
     assert moved.section_of(go.Event.BAND_STOP) == 'bands'
-    assert moved.section_of(go.Counter.SCALAR_BANDS) == 'bands'
+    assert moved.section_of(go.CounterKey.SCALAR_BANDS) == 'bands'
     assert moved.section_of(go.Event.STEP_SKIP) == 'skipped_steps'
     # the optimizer wrapper by the type name a config writes, or by that of
     # its AMP subclass
     for name in ('NaNSkipOptimWrapper', 'AmpNaNSkipOptimWrapper'):
         moved = SafetyReport(sections=[('optimizer', [name])])
         assert moved.section_of(go.Event.STEP_SKIP) == 'optimizer'
-        assert moved.section_of(go.Counter.STEP_GUARD) == 'optimizer'
+        assert moved.section_of(go.CounterKey.STEP_GUARD) == 'optimizer'
         assert moved.section_of(go.Event.BAND_STOP) == 'other'
     # a name no registered guard answers to is refused, with the names
     with pytest.raises(go.UnknownGuardError) as info:

@@ -17,7 +17,7 @@ from mmengine.dist import is_main_process
 
 from mmsafe.errors import MMSafeRuntimeError
 from mmsafe.events import INFO_PREFIX, log, update_counters, write_event
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from .container import CheckpointArchive
 from .errors import CheckpointFormatError, UntrustedCheckpointError
 from .loader import load_checkpoint_file
@@ -25,7 +25,7 @@ from .loader import load_checkpoint_file
 guard_outputs = GuardOutputs(
     Section.RESUMES,
     events=(Event.RESUME, Event.RESUME_SKIPPED_CHECKPOINT),
-    counters=(Counter.RESUME, ))
+    counters=(CounterKey.RESUME, ))
 
 
 # --------------------------------------------------------------------------
@@ -135,9 +135,9 @@ def record_resume(runner: Any, filename: str) -> None:
     # The message hub was just restored from the checkpoint, so the count
     # carries over from earlier resumes of the same run.
     previous = runner.message_hub.runtime_info.get(
-        INFO_PREFIX + Counter.RESUME, {}) or {}
+        INFO_PREFIX + CounterKey.RESUME, {}) or {}
     count = int(previous.get('count', 0)) + 1
-    update_counters(Counter.RESUME, count=count, last_checkpoint=filename,
+    update_counters(CounterKey.RESUME, count=count, last_checkpoint=filename,
                     last_iter=runner.iter, last_epoch=runner.epoch)
     if is_main_process():
         write_event(runner.work_dir, Event.RESUME, checkpoint=filename,

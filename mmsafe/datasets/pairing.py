@@ -11,9 +11,9 @@ from typing import List, Sequence, Tuple
 
 from mmsafe.errors import MMSafeFileNotFoundError, MMSafeValueError
 from mmsafe.events import log, update_counters
-from mmsafe.guard_outputs import Counter, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, GuardOutputs, Section
 
-guard_outputs = GuardOutputs(Section.OTHER, counters=(Counter.PAIRING, ))
+guard_outputs = GuardOutputs(Section.OTHER, counters=(CounterKey.PAIRING, ))
 
 MISSING_PAIR_POLICIES = ('error', 'skip')
 #: how many missing files an error or log line names
@@ -99,4 +99,4 @@ def handle_missing_pairs(owner: str, missing: List[MissingPair], total: int,
     log(f'{owner}: dropped {count} of {total} samples whose visible/infrared '
         f"partner is missing (on_missing_pair='skip'). First:\n{listing}",
         logging.WARNING)
-    update_counters(Counter.PAIRING, missing_pairs_skipped=count)
+    update_counters(CounterKey.PAIRING, missing_pairs_skipped=count)

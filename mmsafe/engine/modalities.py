@@ -46,6 +46,13 @@ DECLARE_HINT = (
     'docs/user_guides/existing_project.md)')
 
 
+def looked_for() -> str:
+    """What recognition looks for, in words (for the guards' messages)."""
+    return (f'a dict key {list(DICT_KEYS[INFRARED])}, a list of two, one '
+            f'tensor of 6/4/2 channels, a data-sample field '
+            f'{list(SAMPLE_FIELDS)}')
+
+
 def _component_declarations(model: Any) -> List[Tuple[str, Dict]]:
     """``(class name, declaration)`` of the model's components that
     declare their part, the data preprocessor first."""
@@ -167,13 +174,9 @@ class RunModalities:
                              else '') for n in MODALITIES) + (
             f' ({next(iter(origin.values()))})' if same else '')
         self._how[side] = shown
-        log(f'modalities: {side.replace("_", " ")}: {shown}' + (
-            '' if paths[INFRARED] is not None else
-            f'; no infrared image found in what was seen ({how}; looked '
-            f'for a dict key {list(DICT_KEYS[INFRARED])}, a list of two, one '
-            f'tensor of 6/4/2 channels, a data-sample field '
-            f'{list(SAMPLE_FIELDS)}): {DECLARE_HINT}'),
-            logging.INFO if paths[INFRARED] is not None else logging.WARNING)
+        # where each image is, once per side; a guard that needs the
+        # infrared image says what to declare when it is not found
+        log(f'modalities: {side.replace("_", " ")}: {shown}', logging.INFO)
         return paths
 
     def not_found(self, side: str) -> Optional[str]:

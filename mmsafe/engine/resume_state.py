@@ -31,7 +31,7 @@ import torch
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.events import log, update_counters, write_event
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.rng import RNGState
 
 #: Key of mmsafe's state in a checkpoint's ``meta``.
@@ -186,7 +186,7 @@ class ResumePlan:
     guard_outputs = GuardOutputs(
         Section.RESUMES,
         events=(Event.RESUME_CONTINUATION, ),
-        counters=(Counter.RESUME_CONTINUATION, ))
+        counters=(CounterKey.RESUME_CONTINUATION, ))
 
     checkpoint: str
     epoch: int
@@ -244,7 +244,7 @@ class ResumePlan:
                if replayed else '')
         log(f'resumed from {self.checkpoint} at {where}{how}: {verdict}.',
             level)
-        update_counters(Counter.RESUME_CONTINUATION,
+        update_counters(CounterKey.RESUME_CONTINUATION,
                         checkpoint=self.checkpoint,
                         epoch=self.epoch, iter=self.iter,
                         batches_in_epoch=self.batches_in_epoch,

@@ -12,7 +12,7 @@ from mmengine.logging import MessageHub
 from mmsafe.engine.hooks import SafetyReportHook
 from mmsafe.engine.hooks.safety_report_hook import SafetyReport
 from mmsafe.events import update_counters, write_event
-from mmsafe.guard_outputs import Counter, Event, UnknownGuardError
+from mmsafe.guard_outputs import CounterKey, Event, UnknownGuardError
 from tests.engine.ckpt_toys_cfg import TOY_CONFIG, latest_log
 from tests.utils import REPO_ROOT, run_train, write_config
 
@@ -180,7 +180,7 @@ def test_sections_move_the_optimizer_wrapper_by_its_type_name(tmp_path):
     hub = MessageHub.get_instance('test_sections_move_the_optimizer')
     write_event(work_dir, Event.STEP_SKIP, iter=1, reasons=['nan_loss'])
     write_event(work_dir, Event.EMPTY_BATCH, iter=2)
-    update_counters(Counter.STEP_GUARD, skipped=1)
+    update_counters(CounterKey.STEP_GUARD, skipped=1)
     hook = SafetyReportHook(sections=[('optimizer', ['NaNSkipOptimWrapper'])])
     summary = _built(hook, work_dir, hub.instance_name)['summary']
     assert summary['optimizer']['events'] == 1

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, Dict
 
-from mmsafe.guard_outputs import Counter, Event
+from mmsafe.guard_outputs import CounterKey, Event
 from mmsafe.events import log, update_counters, write_event
 from .stacks import all_stacks, collective_of, describe, main_frame
 from .heartbeat import DATA
@@ -85,7 +85,7 @@ class HangReporter:
         write_event(work_dir, Event.HANG, phase=phase, idle_s=round(idle, 1),
                     allowance_s=allowance, main_thread=main_at,
                     collective=collective, file=path, **where)
-        update_counters(Counter.HANG_WATCHDOG, stalls=self.stalls,
+        update_counters(CounterKey.HANG_WATCHDOG, stalls=self.stalls,
                         last_phase=phase, last_iter=where['iter'])
         return report
 

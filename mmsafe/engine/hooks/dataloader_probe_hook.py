@@ -23,7 +23,8 @@ from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.loops import replace_loop_loader
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import Counter, Event, Finding, GuardOutputs, Section
+from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
+                                  Section)
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
 
@@ -95,7 +96,7 @@ class DataLoaderProbeHook(Hook):
         Section.LOADER_FALLBACKS,
         events=(Event.DATALOADER_PROBE, Event.DATALOADER_FALLBACK,
                 Event.DATALOADER_LEAK, Event.DATALOADER_MEMORY),
-        counters=(Counter.DATALOADER_PROBE, ),
+        counters=(CounterKey.DATALOADER_PROBE, ),
         findings=(Finding.DATALOADER_FALLBACK, ))
 
     priority = 'VERY_HIGH'
@@ -340,7 +341,8 @@ class DataLoaderProbeHook(Hook):
         self._counts['capped'] += 1
         log(message + f' Capped to {fits} worker(s) (cap_workers=True).',
             logging.WARNING)
-        update_counters(Counter.DATALOADER_PROBE, **{f'{name}_workers': fits})
+        update_counters(CounterKey.DATALOADER_PROBE,
+                        **{f'{name}_workers': fits})
         return new_loader
 
     def _publish(self, name: str, result: str, seconds: float,
@@ -350,4 +352,4 @@ class DataLoaderProbeHook(Hook):
         fields[f'{name}_probe_s'] = round(seconds, 3)
         if inflight is not None:
             fields[f'{name}_inflight_mb'] = round(inflight / 2**20, 2)
-        update_counters(Counter.DATALOADER_PROBE, **fields)
+        update_counters(CounterKey.DATALOADER_PROBE, **fields)

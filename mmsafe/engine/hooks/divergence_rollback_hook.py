@@ -19,7 +19,7 @@ from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
 from mmsafe.rng import RNGState
 
 LOSS = Sync.ROLLBACK_LOSS
@@ -140,7 +140,7 @@ class DivergenceRollbackHook(Hook):
     guard_outputs = GuardOutputs(
         Section.ROLLBACKS,
         events=(Event.ROLLBACK, ),
-        counters=(Counter.ROLLBACK, ),
+        counters=(CounterKey.ROLLBACK, ),
         sync=(Sync.ROLLBACK_LOSS, ))
 
     # After every other hook of the iteration (the parameter schedulers
@@ -371,7 +371,7 @@ class DivergenceRollbackHook(Hook):
         self._block_iters = 0
         self._snapshot_due = False
         self._files.clear()
-        update_counters(Counter.ROLLBACK, rollbacks=len(self.rollbacks),
+        update_counters(CounterKey.ROLLBACK, rollbacks=len(self.rollbacks),
                         last=record)
         if get_rank() == 0:
             write_event(runner.work_dir, Event.ROLLBACK, iter=at - 1,

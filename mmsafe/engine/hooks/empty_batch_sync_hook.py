@@ -16,7 +16,7 @@ from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
                                   Section, Sync)
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
@@ -109,7 +109,7 @@ class EmptyBatchSyncHook(Hook):
     guard_outputs = GuardOutputs(
         Section.EMPTY_BATCHES,
         events=(Event.EMPTY_BATCH, ),
-        counters=(Counter.EMPTY_BATCH, ),
+        counters=(CounterKey.EMPTY_BATCH, ),
         findings=(Finding.EMPTY_BATCH, ),
         sync=(Sync.EMPTY_BATCH, ))
 
@@ -208,7 +208,7 @@ class EmptyBatchSyncHook(Hook):
                     'trained on background. Files per rank: '
                     'mmsafe_events.jsonl (kind=empty_batch).',
                     logging.INFO)
-        update_counters(Counter.EMPTY_BATCH, **self.counters)
+        update_counters(CounterKey.EMPTY_BATCH, **self.counters)
 
     def guard_status(self, runner) -> dict:
         """Active on detection batches (``gt_instances`` in the data

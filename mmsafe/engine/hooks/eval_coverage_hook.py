@@ -11,7 +11,7 @@ from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.utils import train_progress
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import log, log_once, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
@@ -89,7 +89,7 @@ class EvalCoverageHook(Hook):
         Section.EVAL_COVERAGE,
         events=(Event.EVAL_COVERAGE, Event.EVAL_COVERAGE_ERROR,
                 Event.EVAL_IDENTICAL),
-        counters=(Counter.EVAL_COVERAGE, ))
+        counters=(CounterKey.EVAL_COVERAGE, ))
 
     priority = 'NORMAL'
 
@@ -209,7 +209,7 @@ class EvalCoverageHook(Hook):
                        'a different number of samples than the dataset '
                        'holds: check that evaluate() drops the sampler\'s '
                        'padding (collect_results(results, size))'))
-        update_counters(Counter.EVAL_COVERAGE,
+        update_counters(CounterKey.EVAL_COVERAGE,
                         evaluations=self.num_evaluations,
                         errors=self.num_errors + len(problems),
                         identical=self.num_identical)
@@ -246,7 +246,7 @@ class EvalCoverageHook(Hook):
             return
         self.num_identical += 1
         epoch, it, _ = train_progress(runner)
-        update_counters(Counter.EVAL_COVERAGE, identical=self.num_identical)
+        update_counters(CounterKey.EVAL_COVERAGE, identical=self.num_identical)
         write_event(runner.work_dir, Event.EVAL_IDENTICAL, metrics=scalars,
                     iter=it, epoch=epoch)
         log(f'EvalCoverageHook: all {len(scalars)} metrics equal the '

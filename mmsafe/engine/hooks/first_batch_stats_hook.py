@@ -21,11 +21,12 @@ from mmsafe.engine.first_batch_stats.batch import valid_crop
 from mmsafe.engine.guard_status import (ACTIVE, INACTIVE, PARTIAL,
                                         status_of)
 from mmsafe.engine.modalities import (DECLARE_HINT, infrared_results_key,
-                                      modalities_of, pipeline_geometry)
+                                      looked_for, modalities_of,
+                                      pipeline_geometry)
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.modalities import BATCH_INPUTS, MODEL_INPUTS
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 
 
@@ -110,7 +111,7 @@ class FirstBatchStatsHook(Hook):
     guard_outputs = GuardOutputs(
         Section.OTHER,
         events=(Event.FIRST_BATCH_STATS, Event.FIRST_BATCH_FLAG),
-        counters=(Counter.FIRST_BATCH_STATS, ))
+        counters=(CounterKey.FIRST_BATCH_STATS, ))
 
     priority = 'NORMAL'
 
@@ -281,7 +282,8 @@ class FirstBatchStatsHook(Hook):
             log('FirstBatchStatsHook: the pairing checks (identical, '
                 'swapped or blank modality; mirrored, shifted or unrelated '
                 'infrared image; per-box offsets) are off for this run: no '
-                f'infrared image was found ({seen}); only the statistics '
+                f'infrared image was found ({seen}; looked for '
+                f'{looked_for()}); only the statistics '
                 f'of the one image are logged. If the model is paired, '
                 f'{DECLARE_HINT}.', logging.WARNING)
 
@@ -441,7 +443,7 @@ class FirstBatchStatsHook(Hook):
                         iter=runner.iter + 1, **fields)
         self.flags += flags
         if flags or self.stats:
-            update_counters(Counter.FIRST_BATCH_STATS, batches=self._seen,
+            update_counters(CounterKey.FIRST_BATCH_STATS, batches=self._seen,
                             flags=len(self.flags),
                             flag_kinds=sorted({f['kind']
                                                for f in self.flags}))

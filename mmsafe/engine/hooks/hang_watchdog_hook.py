@@ -11,7 +11,7 @@ from mmsafe.engine.hang_watchdog import (ABORT_EXIT_CODE, HangReporter,
 from mmsafe.engine.hang_watchdog import heartbeat as ph
 from mmsafe.engine.hang_watchdog.marks import PhaseMarks
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 
 
 @HOOKS.register_module()
@@ -74,7 +74,7 @@ class HangWatchdogHook(Hook):
     guard_outputs = GuardOutputs(
         Section.WATCHDOG_EVENTS,
         events=(Event.HANG, Event.HANG_ABORT),
-        counters=(Counter.HANG_WATCHDOG, ))
+        counters=(CounterKey.HANG_WATCHDOG, ))
 
     priority = 'LOWEST'  # runs last: its marks name what comes next
 

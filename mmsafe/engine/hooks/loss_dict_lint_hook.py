@@ -14,7 +14,7 @@ from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
-from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
                                   Section, Sync)
 from mmsafe.events import log, update_counters, write_event
 
@@ -75,7 +75,7 @@ class LossDictLintHook(Hook):
     guard_outputs = GuardOutputs(
         Section.OTHER,
         events=(Event.LOSS_DICT_LINT, ),
-        counters=(Counter.LOSS_DICT_LINT, ),
+        counters=(CounterKey.LOSS_DICT_LINT, ),
         findings=(Finding.LOSS_DICT_LINT, ),
         sync=(Sync.LOSS_DICT_FINDINGS, ))
 
@@ -155,7 +155,7 @@ class LossDictLintHook(Hook):
         findings = list(dict.fromkeys(findings))
         self.last_findings = findings
         self._sync.post(_FINDINGS, float(len(findings)))
-        update_counters(Counter.LOSS_DICT_LINT, findings=len(findings),
+        update_counters(CounterKey.LOSS_DICT_LINT, findings=len(findings),
                         keys=self._keys)
         write_event(runner.work_dir, Event.LOSS_DICT_LINT, findings=findings,
                     keys=self._keys, weight_probe_s=round(probe_s, 3))

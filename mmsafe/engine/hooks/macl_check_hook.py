@@ -19,7 +19,7 @@ from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeValueError
 from mmsafe.events import batch_file_names, log, update_scalar
-from mmsafe.guard_outputs import (Counter, Event, Finding, GuardOutputs,
+from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
                                   Scalar, Section, Sync)
 from mmsafe.modalities import (RECOGNISED_LOSSES, find_loss_key, flatten)
 
@@ -128,7 +128,7 @@ class MACLCheckHook(Hook):
         Section.MACL_CHECK,
         events=(Event.MACL_PRESENCE_LOCAL, Event.MACL_PRESENCE,
                 Event.MACL_CHANCE, Event.MACL_CONTROL),
-        counters=(Counter.MACL_CHECK, ),
+        counters=(CounterKey.MACL_CHECK, ),
         scalars=(Scalar.MACL_CHANCE_RATIO, ),
         findings=(Finding.MACL_PROBLEM, ),
         sync=(Sync.MACL_CHECK, ))

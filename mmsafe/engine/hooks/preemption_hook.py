@@ -18,7 +18,7 @@ from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
 from mmsafe.engine.utils import train_progress
 from mmsafe.errors import MMSafeRuntimeError
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -112,7 +112,7 @@ class PreemptionHook(Hook):
     guard_outputs = GuardOutputs(
         Section.PREEMPTION,
         events=(Event.PREEMPTED, ),
-        counters=(Counter.PREEMPTION, ),
+        counters=(CounterKey.PREEMPTION, ),
         sync=(Sync.PREEMPTION_REQUEST, ))
 
     priority = 'LOWEST'  # after every other hook of the iteration
@@ -281,7 +281,7 @@ class PreemptionHook(Hook):
                        checkpoint=path, signals=signals,
                        ranks_signalled=received, save_s=seconds,
                        signal_to_save_s=waited, exit_code=self.exit_code)
-        update_counters(Counter.PREEMPTION, **details)
+        update_counters(CounterKey.PREEMPTION, **details)
         if get_rank() == 0:
             write_event(runner.work_dir, Event.PREEMPTED, **details)
         self._announce(runner)

@@ -17,7 +17,8 @@ from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
-from mmsafe.guard_outputs import Counter, Event, Finding, GuardOutputs, Section
+from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
+                                  Section)
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
 
@@ -101,7 +102,7 @@ class RankFaultHook(Hook):
     guard_outputs = GuardOutputs(
         Section.RANK_FAULTS,
         events=(Event.RANK_FAULT_LOSS_TERMS, ),
-        counters=(Counter.RANK_FAULTS, ),
+        counters=(CounterKey.RANK_FAULTS, ),
         findings=(Finding.RANK_FAULT_LOSS_TERMS, ))
 
     # after_train_iter runs before the other hooks' (their monitoring
@@ -159,7 +160,7 @@ class RankFaultHook(Hook):
             self._reduction_check()
         if self.watch.faulty:
             self.counters['faulty_iters'] += 1
-        update_counters(Counter.RANK_FAULTS, **self.counters)
+        update_counters(CounterKey.RANK_FAULTS, **self.counters)
 
     def after_train(self, runner) -> None:
         if self._handle is not None:

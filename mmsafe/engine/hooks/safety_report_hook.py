@@ -18,7 +18,7 @@ from mmsafe.engine.guard_status import guard_statuses, summary_line
 from mmsafe.engine.run_context import run_context
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
-from mmsafe.guard_outputs import (SECTION_ORDER, Counter, DeclaredOutputs,
+from mmsafe.guard_outputs import (SECTION_ORDER, CounterKey, DeclaredOutputs,
                                   Event, Section, collect)
 
 REPORT_FILE = 'safety_report.json'
@@ -257,7 +257,7 @@ class SafetyReport:
         # completed iterations (the hub's 'iter' is the current index)
         epoch, it, max_iters = train_progress(runner)
         preemption = runner.message_hub.get_info(INFO_PREFIX +
-                                                 Counter.PREEMPTION)
+                                                 CounterKey.PREEMPTION)
         if preemption:  # the loop stopped inside its last iteration
             epoch, it = preemption.get('epoch', epoch), preemption.get(
                 'iter', it)

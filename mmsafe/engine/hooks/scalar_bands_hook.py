@@ -16,7 +16,7 @@ from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.runner import StopTraining
 from mmsafe.engine.utils import train_progress
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 
 STOP_VOTE = Sync.BAND_STOP
@@ -153,7 +153,7 @@ class ScalarBandsHook(Hook):
     guard_outputs = GuardOutputs(
         Section.OTHER,
         events=(Event.BAND_VIOLATION, Event.BAND_STOP),
-        counters=(Counter.SCALAR_BANDS, ),
+        counters=(CounterKey.SCALAR_BANDS, ),
         sync=(Sync.BAND_STOP, ))
 
     priority = 'NORMAL'
@@ -206,7 +206,8 @@ class ScalarBandsHook(Hook):
                 else:
                     self._stop_reason = (reason if self._stop_reason is None
                                          else f'{self._stop_reason}; {reason}')
-        update_counters(Counter.SCALAR_BANDS, violations=self.num_violations,
+        update_counters(CounterKey.SCALAR_BANDS,
+                        violations=self.num_violations,
                         warnings=self.num_warnings)
 
     def _updated_train_scalars(self, runner) -> Dict[str, float]:
@@ -286,7 +287,8 @@ class ScalarBandsHook(Hook):
         write_event(runner.work_dir, Event.BAND_STOP, reason=reason,
                     iter=iteration, epoch=runner.epoch,
                     checkpoint=filename if self.save_checkpoint else None)
-        update_counters(Counter.SCALAR_BANDS, stopped=True, stop_reason=reason)
+        update_counters(CounterKey.SCALAR_BANDS, stopped=True,
+                        stop_reason=reason)
         if self.save_checkpoint:
             # ``iter`` counts finished iterations. Inside an epoch the epoch
             # is not finished: a resume restarts it.

@@ -5,7 +5,7 @@ from typing import Optional
 from mmengine.hooks import ParamSchedulerHook
 
 from mmsafe.registry import HOOKS
-from mmsafe.guard_outputs import Counter, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, GuardOutputs, Section
 from mmsafe.events import log, update_counters
 
 
@@ -33,7 +33,7 @@ class SkipAwareParamSchedulerHook(ParamSchedulerHook):
 
     guard_outputs = GuardOutputs(
         Section.OTHER,
-        counters=(Counter.PARAM_SCHEDULER, ))
+        counters=(CounterKey.PARAM_SCHEDULER, ))
 
     def __init__(self) -> None:
         self._skipped_seen = 0
@@ -63,7 +63,7 @@ class SkipAwareParamSchedulerHook(ParamSchedulerHook):
                     'optimizer step was skipped; it advances with applied '
                     'updates only (held iterations: mmsafe/param_scheduler '
                     'in the message hub).')
-            update_counters(Counter.PARAM_SCHEDULER,
+            update_counters(CounterKey.PARAM_SCHEDULER,
                             held_iters=self.held_iters)
             return
         super().after_train_iter(runner, batch_idx, data_batch, outputs)

@@ -13,7 +13,7 @@ from mmsafe.dist import get_world_size
 from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.modalities import train_datasets
 from mmsafe.engine.monitor_sync import monitor_sync_of
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
 from mmsafe.events import log, update_counters, write_event
 
 RESAMPLED = Sync.RESAMPLED
@@ -48,7 +48,7 @@ class ValidInstanceResampleHook(Hook):
     guard_outputs = GuardOutputs(
         Section.OTHER,
         events=(Event.INSTANCE_RESAMPLE, ),
-        counters=(Counter.VALID_INSTANCE_RESAMPLE, ),
+        counters=(CounterKey.VALID_INSTANCE_RESAMPLE, ),
         sync=(Sync.RESAMPLED, ))
 
     priority = 'NORMAL'
@@ -118,6 +118,6 @@ class ValidInstanceResampleHook(Hook):
                 f'{it} since the last report, on {get_world_size()} '
                 f'rank(s) ({self.all_ranks} in all)', logging.WARNING)
         if found or total:
-            update_counters(Counter.VALID_INSTANCE_RESAMPLE,
+            update_counters(CounterKey.VALID_INSTANCE_RESAMPLE,
                             resampled=self.resampled, tries=self.tries,
                             all_ranks=self.all_ranks)

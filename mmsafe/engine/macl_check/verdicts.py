@@ -6,7 +6,7 @@ from typing import Dict, Optional
 
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.errors import MMSafeRuntimeError
-from mmsafe.guard_outputs import Counter, Event, Finding
+from mmsafe.guard_outputs import CounterKey, Event, Finding
 from mmsafe.events import log, log_once, update_counters, write_event
 from mmsafe.engine.rank_channel import share_finding
 from .signals import describe
@@ -88,7 +88,7 @@ class MACLVerdicts:
         rank-iterations) out of ``seen`` rank-iterations, on ``ranks``
         (None: not known): logged, or raised with ``policy='raise'``."""
         self.stats['problems'] += 1
-        update_counters(Counter.MACL_CHECK, **self.stats)
+        update_counters(CounterKey.MACL_CHECK, **self.stats)
         text = describe(self.loss_key, found, seen, self.constant_iters)
         world = get_world_size()
         where = ''
@@ -119,12 +119,12 @@ class MACLVerdicts:
     def chance(self, work_dir: Optional[str], iteration: int, mean: float,
                window: int) -> None:
         """The chance-ratio ``mean`` over the last ``window`` iterations."""
-        update_counters(Counter.MACL_CHECK, chance_ratio=mean)
+        update_counters(CounterKey.MACL_CHECK, chance_ratio=mean)
         if mean < self.chance_threshold:
             self._streaks.reset('chance')
             return
         self.stats['chance_warnings'] += 1
-        update_counters(Counter.MACL_CHECK, **self.stats)
+        update_counters(CounterKey.MACL_CHECK, **self.stats)
         write_event(work_dir, Event.MACL_CHANCE, iter=iteration,
                     ratio=mean, window=window,
                     threshold=self.chance_threshold)
@@ -144,7 +144,7 @@ class MACLVerdicts:
         ok = iteration <= self.control_warmup or gap >= self.control_margin
         verdict = ('warm-up' if iteration <= self.control_warmup else
                    'pass' if ok else 'fail')
-        update_counters(Counter.MACL_CHECK, control_gap=gap,
+        update_counters(CounterKey.MACL_CHECK, control_gap=gap,
                         control_verdict=verdict, **self.stats)
         write_event(work_dir, Event.MACL_CONTROL, iter=iteration, gap=gap,
                     verdict=verdict, margin=self.control_margin)
@@ -159,7 +159,7 @@ class MACLVerdicts:
                     'verdict is in mmsafe_events.jsonl.', logging.INFO)
             return
         self.stats['control_warnings'] += 1
-        update_counters(Counter.MACL_CHECK, **self.stats)
+        update_counters(CounterKey.MACL_CHECK, **self.stats)
         self._streaks.log(
             'control', f'MACLCheckHook: shuffled-pair control at iteration '
             f'{iteration}: true pairs are only {gap:+.3f} more similar '

@@ -43,7 +43,8 @@ from mmsafe.registry import OPTIM_WRAPPERS
 from mmsafe.dist import current_iter
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import Counter, Event, GuardOutputs, Scalar, Section
+from mmsafe.guard_outputs import (CounterKey, Event, GuardOutputs, Scalar,
+                                  Section)
 from mmsafe.events import batch_file_names, update_counters, update_scalar
 from .grad_norm import clip_per_module, parse_module_rules, total_norm
 from .grad_spike import GradSpikeDetector
@@ -140,7 +141,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
     guard_outputs = GuardOutputs(
         Section.SKIPPED_STEPS,
         events=(Event.STEP_SKIP, ),
-        counters=(Counter.STEP_GUARD, ),
+        counters=(CounterKey.STEP_GUARD, ),
         scalars=(Scalar.GRAD_NORM, Scalar.GRAD_NORM_OF_RULE,
                  Scalar.SKIPPED_STEPS, Scalar.NAN_SKIPS,
                  Scalar.CONSECUTIVE_SKIPS, Scalar.AMP_OVERFLOWS,
@@ -410,7 +411,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
             update_scalar(hub, Scalar.AMP_OVERFLOWS, c['amp_overflow'])
         if self.spike_detector is not None:
             update_scalar(hub, Scalar.SPIKE_SKIPS, c['spike_skips'])
-        update_counters(Counter.STEP_GUARD, **c)
+        update_counters(CounterKey.STEP_GUARD, **c)
 
     # ------------------------------------------------------------------ #
     # hooks for the AMP subclass

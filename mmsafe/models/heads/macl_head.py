@@ -15,7 +15,7 @@ from mmdet.utils import OptMultiConfig
 
 from mmsafe.errors import MMSafeValueError
 from mmsafe.events import log, update_counters
-from mmsafe.guard_outputs import Counter, GuardOutputs, Section
+from mmsafe.guard_outputs import CounterKey, GuardOutputs, Section
 from ..layers.contrastive import (contrastive_logs, pair_gap,
                                   symmetric_info_nce)
 from ..layers.gather import gather_rows
@@ -86,7 +86,8 @@ class MACLHead(BaseModule):
         init_cfg (dict, optional): Initialisation config.
     """
 
-    guard_outputs = GuardOutputs(Section.MACL_CHECK, counters=(Counter.MACL, ))
+    guard_outputs = GuardOutputs(Section.MACL_CHECK,
+                                 counters=(CounterKey.MACL, ))
 
     #: the pairing-sensitive term this head adds, for the guards
     #: (:mod:`mmsafe.modalities`): its weight is the head's ``loss_weight``
@@ -277,7 +278,7 @@ class MACLHead(BaseModule):
         if num_local >= 2:
             logged['macl_pair_gap'] = pair_gap(vis_emb, ir_emb)
         update_counters(
-            Counter.MACL,
+            CounterKey.MACL,
             calls=self.num_calls,
             small_batches=self.num_small_batches,
             last_num_pairs=self.last_num_pairs)
