@@ -67,6 +67,63 @@ def test_a_single_image_model_gets_each_guard_s_status(tmp_path):
         'image), infrared=not found')
 
 
+def test_inputs_nothing_recognises_are_said_not_crashed_on(tmp_path):
+    """A model fed a dict of keys nobody recognises: the first-batch
+    statistics say what they looked for, and the run trains on."""
+    import torch
+    import torch.nn as nn
+    from mmengine.config import Config
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+    from torch.utils.data import Dataset
+
+    from mmdet.registry import DATASETS, MODELS
+
+    @DATASETS.register_module(force=True)
+    class OddKeysDataset(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            return dict(inputs=dict(a=torch.rand(3, 4, 4),
+                                    b=torch.rand(3, 4, 4)))
+
+    @MODELS.register_module(force=True)
+    class OddKeysModel(BaseModel):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(1))
+
+        def forward(self, inputs, data_samples=None, mode='tensor'):
+            loss = (torch.stack(inputs['a']).mean() * self.w) ** 2
+            return dict(loss=loss) if mode == 'loss' else loss
+
+    import mmsafe  # noqa: F401
+    cfg = Config(dict(
+        default_scope='mmdet', experiment_name=f'odd_{uuid.uuid4().hex}',
+        work_dir=str(tmp_path / 'work'),
+        env_cfg=dict(dist_cfg=dict(backend='nccl')),  # MMEngine 0.7
+        model=dict(type='OddKeysModel'),
+        train_dataloader=dict(
+            batch_size=2, num_workers=0,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            dataset=dict(type='OddKeysDataset')),
+        train_cfg=dict(by_epoch=False, max_iters=2),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
+        custom_hooks=[dict(type='FirstBatchStatsHook')], log_level='INFO'))
+    runner = Runner.from_cfg(cfg)
+    with logged_messages() as messages:
+        runner.train()
+    text = '\n'.join(messages)
+    assert text.count('FirstBatchStatsHook: no image was found in the batch '
+                      "or in what the model receives (a dict of ['a', "
+                      "'b']") == 1, text
+    hook = [h for h in runner.hooks
+            if type(h).__name__ == 'FirstBatchStatsHook'][0]
+    status = hook.guard_status(runner)
+    assert status['status'] == 'inactive', status
+
+
 def test_status_of_checks_and_the_summary_line():
     active = dict(status='active', detail='a')
     off = dict(status='inactive', detail='b')

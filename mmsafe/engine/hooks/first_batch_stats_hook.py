@@ -155,6 +155,7 @@ class FirstBatchStatsHook(Hook):
         self._pair_side: Optional[str] = ''
         self._model_pairs: Optional[tuple] = None
         self._geometry = (False, 'not looked at')
+        self._skipped: Optional[str] = None
         self.flags: List[dict] = []
         self.stats: List[dict] = []
 
@@ -245,14 +246,19 @@ class FirstBatchStatsHook(Hook):
                  None for s in samples])
 
     def _analyse(self, data: dict, output: dict) -> dict:
+        """The statistics of one batch; ``dict(skipped=why)`` when no image
+        is found in it (before or after the preprocessor)."""
         raw = self._modalities.images(BATCH_INPUTS, data)
         out = self._modalities.images(MODEL_INPUTS, output)
         if not out:
             out = raw  # nothing recognisable after the preprocessor
-        samples = list(output.get('data_samples') or
-                       data.get('data_samples') or [])
-        files, ir_files = self._files(samples)
         self._settle_pair_side(raw, out)
+        if not out:
+            return dict(skipped=self._modalities.not_found(MODEL_INPUTS)
+                        or 'nothing recognisable')
+        samples = list((output if isinstance(output, dict) else {}).get(
+            'data_samples') or data.get('data_samples') or [])
+        files, ir_files = self._files(samples)
         return analyse_batch(raw, out, samples, self._pre,
                              self.constant_eps, self.identical_corr,
                              self.loaded_channel_order,
@@ -334,6 +340,15 @@ class FirstBatchStatsHook(Hook):
             with torch.no_grad():
                 captured = self._analyse(
                     data_batch, self._pre(dict(data_batch), False))
+        if 'skipped' in captured:
+            log('FirstBatchStatsHook: no image was found in the batch or in '
+                f'what the model receives ({captured["skipped"]}; looked for '
+                f'{looked_for()}, or 3-channel inputs): no first-batch '
+                f'statistics for this run; {DECLARE_HINT}', logging.WARNING)
+            self._skipped = captured['skipped']
+            self._seen = self.num_batches
+            self._remove()
+            return
         self._seen += 1
         self._report(runner, captured)
         visualizer = getattr(runner, 'visualizer', None)
@@ -363,7 +378,9 @@ class FirstBatchStatsHook(Hook):
                 f'{"/".join(mods)}')
         else:
             checks['statistics'] = dict(
-                status=INACTIVE, detail='no training batch was analysed')
+                status=INACTIVE, detail=f'no image found ({self._skipped}): '
+                f'{DECLARE_HINT}' if self._skipped else
+                'no training batch was analysed')
         if self._pair_side in (BATCH_INPUTS, MODEL_INPUTS):
             where = ('as the pipeline delivered them'
                      if self._pair_side == BATCH_INPUTS else
