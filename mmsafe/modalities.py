@@ -10,7 +10,8 @@ A project declares it in its config (read once per run,
         # what the data preprocessor receives (the pipeline's packed batch)
         batch_inputs=dict(visible='inputs',
                           infrared='data_samples.infrared_img'),
-        # keys of the pipeline's results dict
+        # keys of the pipeline's results dict (named in the guards'
+        # messages: a pipeline's results are not seen at run time)
         results=dict(visible='img', infrared='img_lwir'),
         # meta keys of the data samples that name the two files
         files=dict(visible='img_path', infrared='lwir_path'),
@@ -70,10 +71,6 @@ DICT_KEYS = {VISIBLE: ('visible', 'vis', 'rgb', 'img'),
 #: data-sample fields recognised as the infrared image
 SAMPLE_FIELDS = ('infrared_img', 'ir_img', 'img_lwir', 'lwir_img', 'img_ir',
                  'thermal_img')
-#: pipeline results keys recognised per modality
-RESULT_KEYS = {VISIBLE: ('img', ),
-               INFRARED: ('ir_img', 'img_lwir', 'infrared_img', 'lwir_img',
-                          'img_ir')}
 #: data-sample meta keys recognised as the files per modality
 FILE_KEYS = {VISIBLE: ('img_path', ),
              INFRARED: ('ir_img_path', 'ir_path', 'infrared_path',
