@@ -48,6 +48,8 @@ class FirstBatchStatsHook(Hook):
       in an image (a 16-bit thermal frame decoded to 8 bits keeps its high
       byte: 3 grey levels). It is flagged before any pairing verdict, and
       the pairing checks below abstain on such a pair (counted and logged);
+    * ``swapped``: a grey visible image beside a colour infrared one (the
+      two exchanged);
     * ``identical`` / ``near_identical``: visible and infrared are the same
       image (up to brightness/contrast: grey-image correlation >=
       ``identical_corr``);
@@ -75,6 +77,20 @@ class FirstBatchStatsHook(Hook):
     ``pair_objects_offset`` warning (an infrared partner from another
     moment, or unregistered modalities); the distribution of the offsets
     is logged once the pairs are measured.
+
+    Where the two images are, before and after the preprocessor, and which
+    meta keys name their files, comes from the run's modalities
+    (:func:`mmsafe.engine.modalities.modalities_of`: the config's
+    ``mmsafe_modalities``, the components' declarations, or the common
+    layouts recognised: a dict, a list of two, a 6/4-channel tensor, a
+    data-sample field). The pairs are measured as the pipeline delivered
+    them when the infrared image is found in the batch, else as the model
+    receives them. Without an infrared image the pairing checks say so
+    once and only the one image's statistics are logged. A training
+    pipeline that is not mmsafe's ``PairedCompose`` records no
+    per-modality geometry: said once in ``before_train``, with what the
+    content checks cover instead. :meth:`guard_status` tells the safety
+    report which of these checks ran.
 
     The statistics come from a forward hook on the model's
     ``data_preprocessor`` (exactly what the model's ``loss`` receives); the
