@@ -157,7 +157,7 @@ fi
 
 # 4. The OpenMMLab detection stack, TensorBoard and test tools.
 say "installing mmengine, mmdet, tensorboard, test tools"
-"${PIPC[@]}" "$PLAN_MMENGINE_REQ" "$PLAN_MMDET_REQ" tensorboard pytest pytest-timeout pytest-xdist psutil
+"${PIPC[@]}" "$PLAN_MMENGINE_REQ" "$PLAN_MMDET_REQ" tensorboard tqdm packaging pytest pytest-timeout pytest-xdist psutil
 
 # 5. mmsafe itself, editable; its requirements are all present by now.
 "${PIP[@]}" install --no-deps --no-build-isolation -e "$ROOT"

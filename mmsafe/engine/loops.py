@@ -224,8 +224,12 @@ class ResumableIterBasedTrainLoop(_Rewindable, IterBasedTrainLoop):
             else:
                 plan.finish(self.runner, self.dataloader, 0)
         if self._iter > 0 and not iter_loop_skips_trained_batches():
-            self._advance = _AdvanceFirst(self, self._iter)
+            self._advance = _AdvanceFirst(lambda: self.dataloader_iterator,
+                                          self._iter, self._advanced)
         return super().run()
+
+    def _advanced(self) -> None:
+        self._advance = None
 
     def _end_replay(self, plan: Any, count: int) -> None:
         self._replay = None
@@ -246,25 +250,26 @@ class _AdvanceFirst:
     batches it trained before (MMEngine 0.7's loop does not skip them).
 
     Args:
-        loop (ResumableIterBasedTrainLoop): the loop; its
-            ``dataloader_iterator`` is this object until the first batch.
+        source (callable): returns the loop's batch iterator once this
+            object is out of the way.
         count (int): batches trained before the resume.
+        done (callable): takes this object out of the loop's way.
     """
 
-    def __init__(self, loop: 'ResumableIterBasedTrainLoop',
-                 count: int) -> None:
-        self.loop, self.count = loop, count
+    def __init__(self, source: Callable[[], Iterator], count: int,
+                 done: Callable[[], None]) -> None:
+        self.source, self.count, self.done = source, count, done
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        self.loop._advance = None
+        self.done()
         log(f'advancing the train loader {self.count} batches past the '
             'data trained before the resume')
         for _ in range(self.count):
-            next(self.loop.dataloader_iterator)
-        return next(self.loop.dataloader_iterator)
+            next(self.source())
+        return next(self.source())
 
 
 def replace_loop_loader(loop: Any, new_loader: DataLoader,

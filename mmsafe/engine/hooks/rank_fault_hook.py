@@ -4,13 +4,15 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
 
 from mmsafe.registry import HOOKS
 from mmsafe.compat import ddp_reduction_check
 from mmsafe.dist import get_rank, get_world_size, is_distributed
 from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
-                                                 names_for_indices,
-                                                 parameter_indices)
+                                                  names_for_indices,
+                                                  parameter_indices,
+                                                  unfinished_reduction_error)
 from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
 from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.run_context import run_context
@@ -123,6 +125,7 @@ class RankFaultHook(Hook):
         self._channel = None
         self._model = None
         self._reduction_check = None
+        self._graph_check = False
         self._work_dir: Optional[str] = None
         self.counters: Dict[str, int] = dict(faulty_iters=0, changes=0)
 
@@ -135,6 +138,13 @@ class RankFaultHook(Hook):
         model = unwrap_model(runner.model)
         self._model = model
         self._reduction_check = ddp_reduction_check(runner.model)
+        # DDP without find_unused_parameters on a torch without the local
+        # reducer check: the loss graph tells the same (after_train_iter)
+        self._graph_check = (self._reduction_check is None
+                             and is_model_wrapper(runner.model)
+                             and hasattr(runner.model, 'reducer')
+                             and not getattr(runner.model,
+                                             'find_unused_parameters', True))
         self._params = {id(p): name for name, p in model.named_parameters()
                         if p.requires_grad}
 
@@ -158,6 +168,12 @@ class RankFaultHook(Hook):
             # the fault, before any other collective can meet the
             # unfinished gradient all-reduce of the other ranks.
             self._reduction_check()
+        elif self._graph_check:
+            change = self.watch.changes[-1] if self.watch.changes else None
+            if change is not None and change['iter'] == self._iteration \
+                    and change['unreached']:
+                raise unfinished_reduction_error(
+                    runner.model, change['unreached'], get_rank())
         if self.watch.faulty:
             self.counters['faulty_iters'] += 1
         update_counters(CounterKey.RANK_FAULTS, **self.counters)

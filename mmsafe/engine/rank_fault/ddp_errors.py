@@ -80,3 +80,37 @@ def names_for_indices(wrapper: nn.Module, indices: List[int]) -> List[str]:
     names = reducer_parameter_names(
         module, getattr(wrapper, 'parameters_to_ignore', None))
     return [names[i] for i in indices if 0 <= i < len(names)]
+
+
+def unfinished_reduction_error(wrapper: nn.Module, unreached: List[str],
+                               rank: int) -> RuntimeError:
+    """DDP's unused-parameter error, for a torch whose DDP cannot check its
+    reducer locally (torch 2.0 has no ``_check_reducer_finalized``).
+
+    Without ``find_unused_parameters``, a parameter that the loss reached
+    before and no longer reaches leaves this rank's gradient all-reduce
+    unfinished: DDP fails at the next iteration, and the other ranks' next
+    collective meets the unfinished one (torch 2.0's gloo then aborts the
+    process). The error is DDP's own message, with the reducer indices of
+    ``unreached`` (see :func:`reducer_parameter_names`), so that it reads
+    and is explained as DDP's.
+
+    Args:
+        wrapper (nn.Module): the DDP wrapper.
+        unreached (list[str]): names of the parameters the loss no longer
+            reaches, as the wrapped module names them.
+        rank (int): this rank.
+    """
+    module = getattr(wrapper, 'module', wrapper)
+    order = reducer_parameter_names(
+        module, getattr(wrapper, 'parameters_to_ignore', None))
+    wanted = set(unreached)
+    indices = ' '.join(str(i) for i, name in enumerate(order)
+                       if name in wanted)
+    return RuntimeError(
+        'Expected to have finished reduction in the prior iteration before '
+        'starting a new one. This error indicates that your module has '
+        'parameters that were not used in producing loss (found from the '
+        'loss graph: this torch\'s DDP has no local check of its reducer). '
+        f'Parameter indices which did not receive grad for rank {rank}: '
+        f'{indices}')
