@@ -265,9 +265,17 @@ def _slowest_files_first(items) -> None:
     items.sort(key=lambda item: (-slow[file_of(item)], first[file_of(item)]))
 
 
+#: set by ``make test-oldest``: the end that runs the ``one_end`` tests
+ONE_END = os.environ.get('MMSAFE_TESTS_AT_ONE_END', '')
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker('slow') is None and spawns_processes(item):
             item.add_marker(pytest.mark.slow)
+        if ONE_END and item.get_closest_marker('one_end') is not None:
+            item.add_marker(pytest.mark.skip(
+                reason=f'does not depend on the torch/MMEngine/MMDetection '
+                f'release: run at the {ONE_END} end (one_end)'))
     if hasattr(config, 'workerinput'):  # a pytest-xdist worker
         _slowest_files_first(items)

@@ -8,6 +8,10 @@ import pytest
 
 from tests.utils import run_command
 
+# the scripts (launchers, benchmarks), the planner and the docs do not
+# depend on the stack: run at one end (tests/conftest.py)
+pytestmark = pytest.mark.one_end
+
 # Hard limits only so that a hang fails; the machine is shared and slow.
 TIMEOUT = 300
 NUMBER = r'[0-9]+\.[0-9]+'

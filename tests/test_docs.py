@@ -12,6 +12,10 @@ import re
 
 import pytest
 
+# the scripts (launchers, benchmarks), the planner and the docs do not
+# depend on the stack: run at one end (tests/conftest.py)
+pytestmark = pytest.mark.one_end
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Paths in backticks that start with one of these must exist.

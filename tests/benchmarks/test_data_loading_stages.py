@@ -10,9 +10,15 @@ tests/test_benchmarks_smoke.py."""
 import re
 import sys
 
+import pytest
+
 from mmsafe.datasets import ensure_synthetic_llvip
 from mmsafe.datasets.loader import allocator
 from tests.utils import run_command
+
+# the scripts (launchers, benchmarks), the planner and the docs do not
+# depend on the stack: run at one end (tests/conftest.py)
+pytestmark = pytest.mark.one_end
 
 NUMBER = r'[0-9]+\.[0-9]+'
 STAGES = ('0 LoadPairedImageFromFile', '1 LoadAnnotations', '2 PairedResize',

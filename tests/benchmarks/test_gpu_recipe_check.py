@@ -3,7 +3,13 @@
 import json
 import math
 
+import pytest
+
 from benchmarks.gpu_recipe_check import check_config, parse_args, summarize
+
+# the scripts (launchers, benchmarks), the planner and the docs do not
+# depend on the stack: run at one end (tests/conftest.py)
+pytestmark = pytest.mark.one_end
 
 
 def _record(it, macl, memory=None, loss=1.5):

@@ -14,6 +14,10 @@ from benchmarks.recipe_profile import (arm_config, iterations, parse_args,
                                        split_table)
 from tests.utils import REPO_ROOT, run_command
 
+# the scripts (launchers, benchmarks), the planner and the docs do not
+# depend on the stack: run at one end (tests/conftest.py)
+pytestmark = pytest.mark.one_end
+
 DEMO = osp.join(REPO_ROOT, 'configs', 'llvip', 'demo_cpu.py')
 
 

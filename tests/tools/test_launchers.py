@@ -29,7 +29,8 @@ from tests.tools.wine_cmd import (MINGW, WineCmd, wine_unavailable,
 from tests.utils import (REPO_ROOT, free_port, kill_group, spawn,
                          time_left_in_test)
 
-pytestmark = pytest.mark.slow
+# the scripts do not depend on the stack: run at one end (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.one_end]
 needs_wine = pytest.mark.skipif(wine_unavailable() is not None,
                                 reason=str(wine_unavailable()))
 

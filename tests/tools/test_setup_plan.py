@@ -15,6 +15,10 @@ import pytest
 
 from tests.utils import REPO_ROOT, load_module_from_path
 
+# the scripts (launchers, benchmarks), the planner and the docs do not
+# depend on the stack: run at one end (tests/conftest.py)
+pytestmark = pytest.mark.one_end
+
 PLAN_PY = osp.join(REPO_ROOT, 'tools', 'setup_plan.py')
 CU121 = 'https://download.pytorch.org/whl/cu121'
 CPU = 'https://download.pytorch.org/whl/cpu'
