@@ -38,6 +38,10 @@ def test_val_and_test_without_training_data(tmp_path):
     # training
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1)
     cfg.work_dir = str(tmp_path / 'work')
+    # MMEngine keys the run's default scope by the experiment name (the
+    # config's file name and the second): a run of the same config in
+    # the same second of this process would find another scope
+    cfg.experiment_name = f'eval_only_{osp.basename(str(tmp_path))}'
     runner = RUNNERS.build(cfg)
     assert type(runner).__name__ == 'SafeRunner'
     val = runner.val()

@@ -3,11 +3,11 @@ local defaults per plain runner, kept while that runner lives and never set
 on it; the crash protocol asks the hooks that define its methods, in hook
 order."""
 import gc
+import weakref
 from types import SimpleNamespace
 
 import pytest
 
-from mmsafe.engine import run_context as rc
 from mmsafe.engine.run_context import (CrashReporter, FailureExplainer,
                                        RunContext, run_context)
 
@@ -36,10 +36,13 @@ def test_a_plain_runner_gets_local_defaults_kept_while_it_lives(tmp_path):
     assert (tmp_path / 'mmsafe_events.jsonl').read_text().count(
         '"kind": "resume"') == 1
 
-    kept = len(rc._LOCAL)
+    # the context lives while the runner does, and no longer (other
+    # runners' entries may go in the same collection: only ours is asked)
+    alive = weakref.ref(context)
+    key = weakref.ref(runner)
     del runner, context
     gc.collect()
-    assert len(rc._LOCAL) == kept - 1
+    assert key() is None and alive() is None
 
 
 def test_an_undeclared_event_kind_is_refused_by_the_sink(tmp_path):
