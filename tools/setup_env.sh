@@ -31,6 +31,9 @@
 #                        when nvidia-smi lists a GPU)
 #   MMSAFE_CACHE_DIR     where source-built mmcv wheels are kept, one folder
 #                        per torch build (default ~/.cache/mmsafe)
+#   MMSAFE_MMCV_BUILD    auto (default): compile mmcv from source when no
+#                        prebuilt or earlier-built wheel fits this torch;
+#                        never: stop there instead, with exit status 3
 #   MMSAFE_FORCE=1       reinstall mmsafe's layer even when the stamp matches
 set -euo pipefail
 
@@ -143,6 +146,10 @@ else
       if [ "${PLAN_MMCV_BUILD:-ok}" != ok ]; then
         say "$PLAN_MMCV_BUILD"
         exit 1
+      fi
+      if [ "${MMSAFE_MMCV_BUILD:-auto}" = never ]; then
+        say "no prebuilt or earlier-built $MMCV_REQ wheel for this torch, and MMSAFE_MMCV_BUILD=never: not compiling it (unset MMSAFE_MMCV_BUILD to build it from source, 10-20 minutes on 2 cores)"
+        exit 3
       fi
       JOBS="$(nproc 2>/dev/null || echo 2)"
       say "building $MMCV_REQ with ops for torch $("$PY" -c 'import torch; print(torch.__version__)') (MAX_JOBS=$JOBS; 10-20 minutes on 2 cores, once per torch build)"
