@@ -19,13 +19,29 @@ pytestmark = pytest.mark.skipif(
 TWINS = {
     'mmsafe/configs/_base_/safety_runtime.py':
         'configs/_base_/safety_runtime.py',
+    'mmsafe/configs/_base_/models/dual_faster_rcnn_r50_fpn.py':
+        'configs/_base_/models/dual_faster_rcnn_r50_fpn.py',
     'mmsafe/configs/_base_/models/dual_faster_rcnn_r18w16_fpn_tiny.py':
         'configs/_base_/models/dual_faster_rcnn_r18w16_fpn_tiny.py',
     'mmsafe/configs/_base_/datasets/llvip.py':
         'configs/_base_/datasets/llvip.py',
+    'mmsafe/configs/_base_/datasets/kaist.py':
+        'configs/_base_/datasets/kaist.py',
+    'mmsafe/configs/_base_/datasets/flir_aligned.py':
+        'configs/_base_/datasets/flir_aligned.py',
+    'mmsafe/configs/_base_/datasets/m3fd.py':
+        'configs/_base_/datasets/m3fd.py',
     'mmsafe/configs/llvip/_base_/runtime_tensorboard.py':
         'configs/llvip/_base_/runtime_tensorboard.py',
     'mmsafe/configs/llvip/demo_cpu.py': 'configs/llvip/demo_cpu.py',
+    'mmsafe/configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py':
+        'configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py',
+    'mmsafe/configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist_sanitized.py':
+        'configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist_sanitized.py',
+    'mmsafe/configs/flir/dual_faster_rcnn_r50_fpn_macl_flir_aligned.py':
+        'configs/flir/dual_faster_rcnn_r50_fpn_macl_flir_aligned.py',
+    'mmsafe/configs/m3fd/dual_faster_rcnn_r50_fpn_macl_m3fd.py':
+        'configs/m3fd/dual_faster_rcnn_r50_fpn_macl_m3fd.py',
 }
 
 

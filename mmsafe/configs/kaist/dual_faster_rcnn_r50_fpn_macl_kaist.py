@@ -1,0 +1,35 @@
+# Dual-stream Faster R-CNN (ResNet-50 FPN per modality) with MACL on KAIST,
+# evaluated by log-average miss rate, pure-Python style. Text twin (how to
+# normalise with KAIST's own statistics included):
+# configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py. Train it with
+#   python tools/train.py \
+#       mmsafe/configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py
+from mmengine.config import read_base
+from mmengine.optim import LinearLR, MultiStepLR
+from mmengine.runner import EpochBasedTrainLoop, TestLoop, ValLoop
+from torch.optim import SGD
+
+from mmsafe.engine.optimizers import NaNSkipOptimWrapper
+
+with read_base():
+    from .._base_.models.dual_faster_rcnn_r50_fpn import *  # noqa
+    from .._base_.datasets.kaist import *  # noqa
+    from ..llvip._base_.runtime_tensorboard import *  # noqa
+    from .._base_.safety_runtime import *  # noqa
+
+train_cfg = dict(type=EpochBasedTrainLoop, max_epochs=12, val_interval=1)
+val_cfg = dict(type=ValLoop)
+test_cfg = dict(type=TestLoop)
+param_scheduler = [
+    dict(type=LinearLR, start_factor=0.001, by_epoch=False, begin=0,
+         end=500),
+    dict(type=MultiStepLR, begin=0, end=12, by_epoch=True,
+         milestones=[8, 11], gamma=0.1)
+]
+optim_wrapper = dict(
+    type=NaNSkipOptimWrapper,
+    optimizer=dict(type=SGD, lr=0.005, momentum=0.9, weight_decay=0.0001),
+    clip_grad=dict(max_norm=35, norm_type=2))
+auto_scale_lr = dict(enable=False, base_batch_size=4)
+# the best checkpoint has the lowest miss rate
+default_hooks.checkpoint.update(save_best='kaist/MR-2', rule='less')
