@@ -35,6 +35,7 @@ stays on for everything else::
   (:func:`explain_refusals`).
 """
 import contextlib
+import contextvars
 import importlib
 import inspect
 import os
@@ -74,9 +75,10 @@ NEVER_TRUSTED = frozenset({
     'mmsafe', 'dill', 'cloudpickle', 'joblib', 'yaml', 'pandas', 'scipy',
     'IPython', 'pytest', '_pytest'})
 
-#: the (object, own name) lists of the trusted_checkpoint_globals contexts
-#: now open
-_ACTIVE: List[List[Tuple[Any, str]]] = []
+#: the (object, own name) pairs of the trusted_checkpoint_globals blocks
+#: open in this context (thread, asyncio task), innermost last
+_TRUSTED: contextvars.ContextVar[Tuple[Tuple[Any, str], ...]] = \
+    contextvars.ContextVar('mmsafe_trusted_globals', default=())
 
 
 # ------------------------------------------------------ what is trusted --
@@ -85,7 +87,8 @@ def trusted_checkpoint_globals(extra: Iterable[Any] = (),
                                cfg: Any = None) -> Iterator[None]:
     """Context in which checkpoint loads accept, beyond plain data, the
     classes and functions of ``MMSAFE_TRUSTED_GLOBALS``, of
-    ``cfg.mmsafe_trusted_globals`` and ``extra``.
+    ``cfg.mmsafe_trusted_globals`` and ``extra``: loads of this thread (or
+    asyncio task) inside the block, nested blocks adding to outer ones.
 
     Args:
         extra (Iterable): classes or functions to trust.
@@ -98,19 +101,18 @@ def trusted_checkpoint_globals(extra: Iterable[Any] = (),
     """
     items = [*_env_trusted(), *_cfg_trusted(cfg),
              *(_trust_object(obj) for obj in extra)]
-    _ACTIVE.append(items)
+    token = _TRUSTED.set(_TRUSTED.get() + tuple(items))
     try:
         yield
     finally:
-        _ACTIVE.remove(items)
+        _TRUSTED.reset(token)
 
 
 def active_trusted_globals() -> Dict[str, Any]:
     """Own name -> object of everything trusted now: the environment's
     names and those of every open :func:`trusted_checkpoint_globals`."""
     found = dict((name, obj) for obj, name in _env_trusted())
-    for items in _ACTIVE:
-        found.update((name, obj) for obj, name in items)
+    found.update((name, obj) for obj, name in _TRUSTED.get())
     return found
 
 
