@@ -1,18 +1,23 @@
-"""Shared event reporting for mmsafe guards.
+"""How a guard of mmsafe reports: one function per output.
 
-Every guard reports what it did in three places:
-
-* a log line through MMEngine's current logger, prefixed ``[mmsafe]``;
-* a JSON line appended to ``{work_dir}/mmsafe_events.jsonl`` (one file per
-  run, each record carries its rank, so ranks never interleave partial
-  lines: each write is a single ``write`` of one line in append mode);
-* counters in the runner's message hub under ``mmsafe/<guard>`` so that
-  ``SafetyReportHook`` and the logger can pick them up;
-* and, for values worth a curve, ``train/*`` scalars in the message hub.
+* :func:`write_event`: an event, the one way to say that something
+  happened. Its record goes to ``{work_dir}/mmsafe_events.jsonl`` (one file
+  per run, each record carries its rank, so ranks never interleave partial
+  lines: each write is a single ``write`` of one line in append mode),
+  which ``SafetyReportHook`` counts under the section of the guard that
+  declares the kind; its message, when it has one, is logged through
+  MMEngine's current logger, prefixed ``[mmsafe]``, and reaches rank 0's
+  log under DDP (:mod:`mmsafe.engine.rank_channel` forwards it);
+* :func:`update_counters`: counters in the runner's message hub under
+  ``mmsafe/<key>``, gathered from every rank by ``SafetyReportHook``;
+* :func:`update_scalar`: ``train/*`` scalars in the message hub, for a
+  curve in MMEngine's logger and visualizer backends;
+* :func:`log`: a log line that is no event.
 
 Every event kind, counter key and scalar is declared by the guard that
-emits it (its ``guard_outputs``, :mod:`mmsafe.guard_outputs`); these
-functions refuse one that no guard declares.
+emits it (its ``guard_outputs``, :mod:`mmsafe.guard_outputs`);
+tests/test_guard_outputs.py checks the names, nothing is checked at run
+time.
 """
 import json
 import logging
@@ -21,11 +26,16 @@ import os.path as osp
 import time
 from typing import Any, Dict, Optional
 
-from mmsafe.guard_outputs import owner_of
 from mmsafe.modalities import sample_files
 
 EVENTS_FILE = 'mmsafe_events.jsonl'
 INFO_PREFIX = 'mmsafe/'
+LOG_PREFIX = '[mmsafe] '
+
+#: The attribute of the log record of an event's message that holds the
+#: event's kind (with its ``problem`` field, when the record has one): by
+#: it, the rank channel knows which log records to forward to rank 0.
+EVENT_ATTR = 'mmsafe_event'
 
 
 def _rank() -> int:
@@ -50,25 +60,33 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def write_event(work_dir: Optional[str], kind: str, **fields: Any) -> Dict:
-    """Append one event record to the run's JSONL event log.
+def write_event(work_dir: Optional[str], kind: str,
+                message: Optional[str] = None, level: int = logging.WARNING,
+                **fields: Any) -> Dict:
+    """Emit one event: append its record to the run's JSONL event log and,
+    with a ``message``, log it on this rank and on rank 0.
+
+    Under DDP a message of a rank other than 0 reaches rank 0's console and
+    log as ``[from rank R] message`` when the run has a rank channel
+    (SafeRunner's); repeats of one kind (and one ``problem``, for a record
+    that names one) are forwarded at their 1st, 2nd, 4th, 8th, ...
+    occurrence on that rank. Nothing waits for another rank.
 
     Args:
-        work_dir (str, optional): the runner's work dir; nothing is written
-            when it is None.
-        kind (str): event type, one of :class:`mmsafe.guard_outputs.Event`
-            (or one a plugin's guard declares on its class).
+        work_dir (str, optional): the runner's work dir; no record is
+            written when it is None.
+        kind (str): the event's kind, declared by the emitting guard
+            (``Event.X`` of :mod:`mmsafe.guard_outputs`, or a plugin's
+            string).
+        message (str, optional): what happened, for the log (without the
+            ``[mmsafe]`` prefix); None logs nothing.
+        level (int): the message's logging level.
         **fields: JSON-serialisable details (tensors and numbers are
             converted; NaN/Inf become strings).
 
     Returns:
-        dict: the record that was written.
-
-    Raises:
-        mmsafe.guard_outputs.UndeclaredOutputError: ``kind`` is not
-            declared.
+        dict: the record (``time``, ``rank``, ``kind`` and the fields).
     """
-    owner_of('events', kind)
     record = dict(time=time.time(), rank=_rank(), kind=kind)
     record.update(jsonable(fields))
     if work_dir:
@@ -76,6 +94,13 @@ def write_event(work_dir: Optional[str], kind: str, **fields: Any) -> Dict:
         line = json.dumps(record, sort_keys=True) + '\n'
         with open(osp.join(work_dir, EVENTS_FILE), 'a', encoding='utf-8') as f:
             f.write(line)
+    if message is not None:
+        from mmengine.logging import MMLogger
+        problem = fields.get('problem')
+        shared = kind if problem is None else f'{kind}/{problem}'
+        MMLogger.get_current_instance().log(
+            level, LOG_PREFIX + message,
+            extra={EVENT_ATTR: shared, 'mmsafe_iter': fields.get('iter')})
     return record
 
 
@@ -92,7 +117,7 @@ def read_events(work_dir: str, kind: Optional[str] = None) -> list:
 def log(message: str, level: int = logging.INFO) -> None:
     """Log through MMEngine's current logger with the ``[mmsafe]`` prefix."""
     from mmengine.logging import print_log
-    print_log(f'[mmsafe] {message}', logger='current', level=level)
+    print_log(LOG_PREFIX + message, logger='current', level=level)
 
 
 def log_once(key: str, message: str, level: int = logging.WARNING,
@@ -107,8 +132,8 @@ def log_once(key: str, message: str, level: int = logging.WARNING,
 
 def update_counters(guard: str, **counts: Any) -> None:
     """Publish a guard's counters in the message hub as ``mmsafe/<guard>``
-    (``guard``: one of :class:`mmsafe.guard_outputs.CounterKey`)."""
-    owner_of('counters', guard)
+    (``guard``: a counter key the guard declares, ``CounterKey.X``), merged
+    into the dict already there."""
     from mmengine.logging import MessageHub
     hub = MessageHub.get_current_instance()
     key = INFO_PREFIX + guard
@@ -118,10 +143,9 @@ def update_counters(guard: str, **counts: Any) -> None:
 
 
 def update_scalar(message_hub, name: str, value: Any) -> None:
-    """Publish the ``train/*`` scalar ``name`` (one of
-    :class:`mmsafe.guard_outputs.Scalar`) in ``message_hub``, where
-    MMEngine's logger and visualizer backends read it."""
-    owner_of('scalars', name)
+    """Publish the ``train/*`` scalar ``name`` (declared by the guard,
+    ``Scalar.X``) in ``message_hub``, where MMEngine's logger and
+    visualizer backends read it."""
     message_hub.update_scalar(name, value)
 
 

@@ -135,11 +135,11 @@ def test_every_mmsafe_error_class_is_an_mmsafe_error():
     from mmsafe.engine.runner.errors import (DDPParameterError,
                                              PeerRankFailedError)
     from mmsafe.engine.runner.stop import StopTraining
-    from mmsafe.guard_outputs import UndeclaredOutputError, UnknownGuardError
+    from mmsafe.guard_outputs import UnknownGuardError
     for cls in (CheckpointFormatError, UntrustedCheckpointError,
                 PairGeometryError, UnpairedTransformError, DDPParameterError,
                 PeerRankFailedError, StopTraining, WeightsUnavailableError,
-                UndeclaredOutputError, UnknownGuardError):
+                UnknownGuardError):
         assert issubclass(cls, MMSafeError), cls
     # code that catches what torch.load raises for a refusal still does
     assert issubclass(UntrustedCheckpointError, pickle.UnpicklingError)

@@ -114,7 +114,7 @@ METHOD_NAMES = {'run', 'run_iter', 'run_epoch', 'call_hook', 'process',
 # own, set through its public attribute, with the reason.
 ALLOWED = {
     # IterBasedTrainLoop and EpochBasedTrainLoop read this flag to stop.
-    ('mmsafe/engine/hooks/scalar_bands_hook.py', 'loop.stop_training'),
+    ('mmsafe/engine/runner/stop.py', 'loop.stop_training'),
     # The loss-weight probe scales a loss module's numeric ``loss_weight``
     # for one extra forward (RNG and buffers restored) and restores it in a
     # ``finally``: the lint's measurement, not a change of the model.

@@ -54,8 +54,8 @@ def status_of(checks: Dict[str, Dict[str, str]],
 
 
 def _declares_outputs(obj: Any) -> bool:
-    from mmsafe.guard_outputs import OUTPUTS_ATTR, GuardOutputs
-    return isinstance(getattr(type(obj), OUTPUTS_ATTR, None), GuardOutputs)
+    from mmsafe.guard_outputs import outputs_of
+    return outputs_of(obj) is not None
 
 
 def _ask(obj: Any, runner) -> Optional[Dict[str, Any]]:

@@ -26,6 +26,10 @@ Usage in a hook::
         sync.last('empty_batch')           # SUM over ranks and iterations
                                            # since the previous sync
 
+It is the one way mmsafe's hooks share a value across ranks; a decision
+that cannot wait for the log interval (an opt-in's) sums at once with
+:meth:`MonitorSync.sum_now`, at the price of a collective of its own.
+
 Rules that keep ranks in step:
 
 * every rank must know the same names when a sync happens: ``declare``
@@ -218,6 +222,15 @@ class MonitorSync:
             for i, name in enumerate(names)
         }
         return dict(self._last_values)
+
+    @staticmethod
+    def sum_now(value: float) -> float:
+        """``value`` summed over the ranks at once, for a decision that
+        cannot wait for the next sync (an opt-in's every-iteration check, a
+        verdict after a validation): one all-reduce of one float under DDP
+        (call it on every rank at the same point), ``value`` itself in a
+        single process. Nothing posted is touched."""
+        return all_reduce_sum([float(value)])[0]
 
     def rewound(self) -> None:
         """Forget which iteration synced last: the run's iteration count

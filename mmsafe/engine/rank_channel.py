@@ -14,8 +14,9 @@ the process group (``torchrun``'s agent store, or the store that rank 0
 serves when ranks are started without the agent, as ``srun`` does), over a
 connection of its own:
 
-* a rank writes a record only when it has something to say (a finding, its
-  exception, its end; :class:`~mmsafe.engine.hooks.RankFaultHook` also
+* a rank writes a record only when it has something to say (the message
+  of an event, :func:`mmsafe.events.write_event`, which a log handler of
+  the channel picks up from the run's logger; its exception; its end; :class:`~mmsafe.engine.hooks.RankFaultHook` also
   stores the rank's loss terms at the first iteration and when they
   change); a healthy training step writes nothing and runs no collective;
 * every rank has a listener thread that blocks in one store ``wait`` for
@@ -43,8 +44,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional
 
 from mmsafe.compat import default_store_address
-from mmsafe.events import log
-from mmsafe.guard_outputs import owner_of
+from mmsafe.events import EVENT_ATTR, LOG_PREFIX, log
 
 #: Exit code of a rank that ends itself because another rank failed.
 PEER_FAILURE_EXIT_CODE = 1
@@ -58,12 +58,6 @@ FATAL = 'fatal'
 CLOSED = 'closed'
 
 _LONG_WAIT = timedelta(days=7)
-_ACTIVE: List['RankChannel'] = []
-
-
-def active_channel() -> Optional['RankChannel']:
-    """The channel of this process's run, if one is open."""
-    return _ACTIVE[-1] if _ACTIVE else None
 
 
 def failed_party(record: Dict[str, Any]) -> str:
@@ -82,34 +76,6 @@ def failure_place(record: Dict[str, Any]) -> str:
 
 def _is_power_of_two(count: int) -> bool:
     return count > 0 and count & (count - 1) == 0
-
-
-def share_finding(kind: str, message: str, level: int = logging.WARNING,
-                  iteration: Optional[int] = None, **fields: Any) -> None:
-    """Send a rank-local finding to rank 0's console and log.
-
-    The caller logs it on its own rank as before; this only forwards it.
-    Nothing happens on rank 0, in a single process, or without a channel.
-    Repeated findings of one ``kind`` are forwarded at their 1st, 2nd,
-    4th, 8th, ... occurrence on this rank (with the count), so a frequent
-    one costs a handful of store writes, not one per iteration.
-
-    Args:
-        kind (str): what was found, one of
-            :class:`mmsafe.guard_outputs.Finding` (e.g. ``'macl_missing'``).
-        message (str): the finding, as logged on this rank.
-        level (int): the logging level on rank 0.
-        iteration (int, optional): the training iteration (1-based).
-        **fields: JSON-serialisable details for the record.
-
-    Raises:
-        mmsafe.guard_outputs.UndeclaredOutputError: ``kind`` is not
-            declared.
-    """
-    owner_of('findings', kind)
-    channel = active_channel()
-    if channel is not None:
-        channel.share(kind, message, level, iteration, **fields)
 
 
 class RankChannel:
@@ -147,10 +113,18 @@ class RankChannel:
         self._closing = False
         self._shared: Dict[str, int] = {}
         self._lock = threading.Lock()
+        self._logger: Optional[logging.Logger] = None
+        self._forwarder: Optional[logging.Handler] = None
 
     # ------------------------------------------------------------ set-up --
-    def open(self) -> bool:
+    def open(self, logger: Optional[logging.Logger] = None) -> bool:
         """Connect to the process group's TCP store and start listening.
+
+        Args:
+            logger (logging.Logger, optional): the run's logger (MMEngine's
+                ``runner.logger``): the message of an event logged there
+                (:func:`mmsafe.events.write_event`) is forwarded to rank 0
+                until :meth:`close`.
 
         Returns:
             bool: False (and logged once) when the process group has no TCP
@@ -180,13 +154,17 @@ class RankChannel:
         self._listener = threading.Thread(
             target=self._listen, name='mmsafe-rank-channel', daemon=True)
         self._listener.start()
-        _ACTIVE.append(self)
+        if logger is not None:
+            self._forwarder = _EventForwarder(self)
+            self._logger = logger
+            logger.addHandler(self._forwarder)
         return True
 
     def close(self) -> None:
         """Say that this rank ended normally and stop listening."""
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
+        if self._logger is not None:
+            self._logger.removeHandler(self._forwarder)
+            self._logger = None
         if self._store is None or self._closing:
             return
         self._closing = True
@@ -212,7 +190,11 @@ class RankChannel:
 
     def share(self, kind: str, message: str, level: int = logging.WARNING,
               iteration: Optional[int] = None, **fields: Any) -> None:
-        """See :func:`share_finding`."""
+        """Send a rank-local finding (``kind``: what was found, the
+        event's kind) to rank 0's console and log; nothing happens on rank
+        0 or without a store. Repeats of one ``kind`` are forwarded at
+        their 1st, 2nd, 4th, 8th, ... occurrence on this rank (with the
+        count), so a frequent one costs a handful of store writes."""
         if self.rank == 0 or self._store is None or self._closing:
             return
         count = self._shared.get(kind, 0) + 1
@@ -358,13 +340,15 @@ class RankChannel:
         os._exit(PEER_FAILURE_EXIT_CODE)
 
 
-def end_process_after(seconds: float) -> None:
+def end_process_after(channel: Optional[RankChannel],
+                      seconds: float) -> None:
     """After an error that ends a distributed run: make sure this process
     is gone within ``seconds``, even when its shutdown hangs (a worker or
     communication thread that does not end), so that the other ranks are
     not kept waiting for it. A daemon timer; nothing happens when the
-    process exits on its own first, or without a channel."""
-    if active_channel() is None or seconds <= 0:
+    process exits on its own first, or without a ``channel`` (the run's,
+    ``run_context(runner).rank_channel``)."""
+    if channel is None or seconds <= 0:
         return
 
     def _end() -> None:
@@ -378,11 +362,23 @@ def end_process_after(seconds: float) -> None:
     timer.start()
 
 
-def close_active_channel() -> None:
-    """Close this process's channel (at the clean end of a run)."""
-    channel = active_channel()
-    if channel is not None:
-        channel.close()
+class _EventForwarder(logging.Handler):
+    """Forwards the log records of events' messages (those that carry
+    :data:`mmsafe.events.EVENT_ATTR`) to rank 0 through ``channel``."""
+
+    def __init__(self, channel: RankChannel) -> None:
+        super().__init__()
+        self.channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kind = getattr(record, EVENT_ATTR, None)
+        if kind is None:
+            return
+        message = record.getMessage()
+        if message.startswith(LOG_PREFIX):
+            message = message[len(LOG_PREFIX):]
+        self.channel.share(kind, message, record.levelno,
+                           getattr(record, 'mmsafe_iter', None))
 
 
 def _connect(address: tuple):

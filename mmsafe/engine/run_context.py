@@ -7,7 +7,6 @@ A hook reaches them through one accessor, in any hook method::
     context = run_context(runner)
     context.rank_channel        # RankChannel, or None (one process, no store)
     context.resume_plan         # ResumePlan of a resumed run, or None
-    context.events.write(Event.X, **fields)   # {work_dir}/mmsafe_events.jsonl
     monitor_sync_of(runner)     # the MonitorSync to post to (monitor_sync.py)
     modalities_of(runner)       # the run's modalities (engine/modalities.py)
 
@@ -16,8 +15,9 @@ when it is built and fills it (its MonitorSync, the RankChannel under DDP,
 the resume plan when it resumes). Under any other runner (a plain MMEngine
 ``Runner``) the first call makes a context of local defaults for that
 runner and keeps it as long as the runner lives: no rank channel, no
-resume plan, events in the runner's work dir, and no shared MonitorSync
-(each hook then syncs its own values). Nothing is set on such a runner.
+resume plan and no shared MonitorSync (each hook then syncs its own
+values). Events are no piece of the context: a hook writes them with
+:func:`mmsafe.events.write_event` into ``runner.work_dir``. Nothing is set on such a runner.
 
 A failed run asks its hooks what they know through two documented
 methods, :class:`FailureExplainer` and :class:`CrashReporter`: a hook takes
@@ -27,8 +27,6 @@ ask the runner's hooks in their order.
 """
 import weakref
 from typing import Any, Dict, Optional, Protocol, runtime_checkable
-
-from mmsafe.events import write_event
 
 #: The attribute under which a runner that owns its context (SafeRunner)
 #: holds it.
@@ -72,40 +70,16 @@ class CrashReporter(Protocol):
         """
 
 
-class EventSink:
-    """The run's event log, ``{work_dir}/mmsafe_events.jsonl``
-    (:func:`mmsafe.events.write_event`).
-
-    Args:
-        work_dir (str, optional): the run's work dir; None writes nothing
-            (:meth:`write` still checks the kind and returns the record).
-    """
-
-    def __init__(self, work_dir: Optional[str] = None) -> None:
-        self.work_dir = work_dir
-
-    def bind(self, work_dir: Optional[str]) -> None:
-        """Write to ``work_dir`` from now on."""
-        self.work_dir = work_dir
-
-    def write(self, kind: str, **fields: Any) -> Dict:
-        """Append one record of ``kind`` (see
-        :func:`mmsafe.events.write_event`)."""
-        return write_event(self.work_dir, kind, **fields)
-
-
 class RunContext:
     """What the hooks, loops and optimizer wrappers of one run share.
 
     Args:
-        work_dir (str, optional): where :attr:`events` writes.
         monitor_sync (MonitorSync, optional): the one
             :class:`~mmsafe.engine.monitor_sync.MonitorSync` that every
             mmsafe hook of the run posts to; None: each hook keeps its own
             (:func:`~mmsafe.engine.monitor_sync.monitor_sync_of`).
 
     Attributes:
-        events (EventSink): the run's event log.
         monitor_sync (MonitorSync or None): see above.
         rank_channel (RankChannel or None): the run's side channel between
             ranks (:mod:`mmsafe.engine.rank_channel`), set by the runner
@@ -119,9 +93,7 @@ class RunContext:
             (:func:`mmsafe.engine.modalities.modalities_of`).
     """
 
-    def __init__(self, work_dir: Optional[str] = None,
-                 monitor_sync: Optional[Any] = None) -> None:
-        self.events = EventSink(work_dir)
+    def __init__(self, monitor_sync: Optional[Any] = None) -> None:
         self.monitor_sync = monitor_sync
         self.rank_channel: Optional[Any] = None
         self.resume_plan: Optional[Any] = None
@@ -172,6 +144,6 @@ def run_context(runner) -> RunContext:
     except KeyError:
         pass
     except TypeError:  # not weakly referable: nothing to keep it by
-        return RunContext(getattr(runner, 'work_dir', None))
-    context = _LOCAL[runner] = RunContext(getattr(runner, 'work_dir', None))
+        return RunContext()
+    context = _LOCAL[runner] = RunContext()
     return context

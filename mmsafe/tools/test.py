@@ -89,9 +89,9 @@ def run(args):
             from mmdet.evaluation import DumpDetResults
             runner.test_evaluator.metrics.append(
                 DumpDetResults(out_file_path=args.out))
-        with ends_soon_after_error(cfg):
+        with ends_soon_after_error(runner):
             metrics = runner.test()
-    release_process_group()
+    release_process_group(runner)
     return metrics
 
 

@@ -142,14 +142,14 @@ def run(args):
         try:
             # Under DDP the other ranks wait for this one: after an error
             # it must be gone soon, even if its shutdown hangs.
-            with ends_soon_after_error(cfg):
+            with ends_soon_after_error(runner):
                 runner.train()
         except TrainingPreempted:
             # A stop signal ended the run after its checkpoint was saved:
             # a clean end, with the exit code of a preemption.
-            release_process_group()
+            release_process_group(runner)
             raise
-    release_process_group()
+    release_process_group(runner)
     return runner
 
 

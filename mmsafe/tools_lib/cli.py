@@ -137,9 +137,10 @@ def explained_unknown_types() -> Iterator[None]:
 _FINAL_BARRIER = None
 
 
-def release_process_group() -> None:
-    """End a distributed run that finished cleanly: barrier, then destroy
-    the process group, keeping the barrier's work object until exit.
+def release_process_group(runner=None) -> None:
+    """End a distributed run that finished cleanly: close ``runner``'s rank
+    channel (when it has one), barrier, then destroy the process group,
+    keeping the barrier's work object until exit.
 
     Why the work is kept (torch 2.13, gloo): each ``pt_gloo_runloop`` worker
     thread drops its reference to a work once it has run it. When that is
@@ -162,8 +163,11 @@ def release_process_group() -> None:
     global _FINAL_BARRIER
     import torch.distributed as torch_dist
 
-    from mmsafe.engine.rank_channel import close_active_channel
-    close_active_channel()
+    if runner is not None:
+        from mmsafe.engine.run_context import run_context
+        channel = run_context(runner).rank_channel
+        if channel is not None:
+            channel.close()
     if torch_dist.is_available() and torch_dist.is_initialized():
         _FINAL_BARRIER = torch_dist.barrier(async_op=True)
         _FINAL_BARRIER.wait()

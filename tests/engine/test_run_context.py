@@ -6,8 +6,6 @@ import gc
 import weakref
 from types import SimpleNamespace
 
-import pytest
-
 from mmsafe.engine.run_context import (CrashReporter, FailureExplainer,
                                        RunContext, run_context)
 
@@ -25,16 +23,11 @@ def test_a_plain_runner_gets_local_defaults_kept_while_it_lives(tmp_path):
     before = dict(vars(runner))
     context = run_context(runner)
     assert run_context(runner) is context
-    assert context.events.work_dir == str(tmp_path)
     assert context.rank_channel is None and context.resume_plan is None
     assert context.monitor_sync is None
     assert vars(runner) == before  # nothing set on the runner
     # another runner, another context
     assert run_context(PlainRunner(str(tmp_path))) is not context
-
-    context.events.write('resume', checkpoint='x.pth')
-    assert (tmp_path / 'mmsafe_events.jsonl').read_text().count(
-        '"kind": "resume"') == 1
 
     # the context lives while the runner does, and no longer (other
     # runners' entries may go in the same collection: only ours is asked)
@@ -45,27 +38,21 @@ def test_a_plain_runner_gets_local_defaults_kept_while_it_lives(tmp_path):
     assert key() is None and alive() is None
 
 
-def test_an_undeclared_event_kind_is_refused_by_the_sink(tmp_path):
-    from mmsafe.guard_outputs import UndeclaredOutputError
-    with pytest.raises(UndeclaredOutputError):
-        run_context(PlainRunner(str(tmp_path))).events.write('no_such_kind')
-
-
 def test_the_runners_own_context_is_returned_as_it_is():
-    own = RunContext(work_dir='/nowhere')
+    own = RunContext()
     runner = SimpleNamespace(mmsafe_context=own, work_dir='/elsewhere')
     assert run_context(runner) is own
     # something that is not a RunContext under that name is not taken
     odd = PlainRunner('/w')
     odd.mmsafe_context = 'not a context'
     assert isinstance(run_context(odd), RunContext)
-    assert run_context(odd).events.work_dir == '/w'
+    assert run_context(odd) is not own
 
 
 def test_an_object_without_weak_references_gets_a_fresh_context():
     runner = SimpleNamespace(work_dir='/w')
     first, second = run_context(runner), run_context(runner)
-    assert first is not second and first.events.work_dir == '/w'
+    assert first is not second
 
 
 class Explains:

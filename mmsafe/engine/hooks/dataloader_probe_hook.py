@@ -21,10 +21,8 @@ from mmsafe.datasets.walk import is_paired_dataset
 from mmsafe.dist import get_rank
 from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.loops import replace_loop_loader
-from mmsafe.engine.rank_channel import share_finding
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
-                                  Section)
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import preserved_rng_state
 
@@ -96,8 +94,7 @@ class DataLoaderProbeHook(Hook):
         Section.LOADER_FALLBACKS,
         events=(Event.DATALOADER_PROBE, Event.DATALOADER_FALLBACK,
                 Event.DATALOADER_LEAK, Event.DATALOADER_MEMORY),
-        counters=(CounterKey.DATALOADER_PROBE, ),
-        findings=(Finding.DATALOADER_FALLBACK, ))
+        counters=(CounterKey.DATALOADER_PROBE, ))
 
     priority = 'VERY_HIGH'
 
@@ -291,13 +288,12 @@ class DataLoaderProbeHook(Hook):
             f'{key}.num_workers=0 {key}.persistent_workers=False); to turn '
             "the probe off: custom_hooks = [dict(type='DataLoaderProbeHook', "
             "probe='off')].\n" + '!' * 72, logging.WARNING)
-        write_event(runner.work_dir, Event.DATALOADER_FALLBACK, loader=name,
+        write_event(runner.work_dir, Event.DATALOADER_FALLBACK,
+                    f'rank {get_rank()}: DataLoaderProbeHook fell back to '
+                    f'num_workers=0 for the {name} loader ({settings}). '
+                    f'Cause: {cause}.', logging.WARNING, loader=name,
                     cause=cause, seconds=round(seconds, 3),
                     settings=settings, leaked_workers=len(alive))
-        share_finding(Finding.DATALOADER_FALLBACK,
-                      f'rank {get_rank()}: DataLoaderProbeHook fell back to '
-                      f'num_workers=0 for the {name} loader ({settings}). '
-                      f'Cause: {cause}.', logging.WARNING)
         self._publish(name, 'fallback', seconds, None)
         return new_loader
 

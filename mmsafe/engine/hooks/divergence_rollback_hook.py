@@ -19,10 +19,10 @@ from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.events import (batch_file_names, log, update_counters,
                            write_event)
-from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.rng import RNGState
 
-LOSS = Sync.ROLLBACK_LOSS
+LOSS = 'divergence_rollback/loss'
 
 
 def cpu_copy(value: Any) -> Any:
@@ -140,8 +140,7 @@ class DivergenceRollbackHook(Hook):
     guard_outputs = GuardOutputs(
         Section.ROLLBACKS,
         events=(Event.ROLLBACK, ),
-        counters=(CounterKey.ROLLBACK, ),
-        sync=(Sync.ROLLBACK_LOSS, ))
+        counters=(CounterKey.ROLLBACK, ))
 
     # After every other hook of the iteration (the parameter schedulers
     # have stepped, checkpoints are written): a snapshot and a restore see

@@ -7,22 +7,19 @@ import torch.nn as nn
 from mmengine.hooks import Hook
 
 from mmsafe.registry import HOOKS
-from mmsafe.dist import (all_reduce_sum, get_rank,
-                         get_world_size, is_distributed)
+from mmsafe.dist import get_rank, get_world_size, is_distributed
 from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.optimizers import NaNSkipOptimWrapper
-from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.loss_graph import loss_keys
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
-                                  Section, Sync)
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import batch_file_names, log, update_counters, write_event
 
 # The monitor-sync name of this hook, and the skip reason it gives the
 # optimizer wrapper.
-EMPTY_BATCH = Sync.EMPTY_BATCH
+EMPTY_BATCH = 'empty_batch'
 
 
 def _num_instances(sample: Any) -> Optional[int]:
@@ -109,9 +106,7 @@ class EmptyBatchSyncHook(Hook):
     guard_outputs = GuardOutputs(
         Section.EMPTY_BATCHES,
         events=(Event.EMPTY_BATCH, ),
-        counters=(CounterKey.EMPTY_BATCH, ),
-        findings=(Finding.EMPTY_BATCH, ),
-        sync=(Sync.EMPTY_BATCH, ))
+        counters=(CounterKey.EMPTY_BATCH, ))
 
     priority = 'NORMAL'
 
@@ -179,15 +174,12 @@ class EmptyBatchSyncHook(Hook):
                        f'{runner.iter + 1} has no valid ground-truth '
                        'instance; it trains on background, its loss kept '
                        f'connected to every parameter. files={self._files}')
-            log(message, logging.INFO)
-            share_finding(Finding.EMPTY_BATCH, message, logging.INFO,
-                          runner.iter + 1)
-            write_event(runner.work_dir, Event.EMPTY_BATCH, iter=runner.iter,
-                        files=self._files)
+            write_event(runner.work_dir, Event.EMPTY_BATCH, message,
+                        logging.INFO, iter=runner.iter, files=self._files)
         self._sync.post(EMPTY_BATCH, 1.0 if empty else 0.0)
         if self.skip_all_empty:
             # The opt-in's own collective, on every rank, every iteration.
-            num_empty = all_reduce_sum([1.0 if empty else 0.0])[0]
+            num_empty = self._sync.sum_now(1.0 if empty else 0.0)
             world_size = get_world_size() if is_distributed() else 1
             if num_empty == world_size:
                 self.counters['all_empty_iters'] += 1

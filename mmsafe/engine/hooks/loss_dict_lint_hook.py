@@ -11,14 +11,12 @@ from mmsafe.dist import get_rank
 from mmsafe.engine.loss_dict_lint.lint import lint_loss_dict
 from mmsafe.engine.loss_dict_lint.weight_probe import probe_loss_weights
 from mmsafe.engine.monitor_sync import monitor_sync_of
-from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
-from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
-                                  Section, Sync)
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 
-_FINDINGS = Sync.LOSS_DICT_FINDINGS
+_FINDINGS = 'loss_dict_lint/findings'
 _POLICIES = ('warn', 'raise')
 
 
@@ -75,9 +73,7 @@ class LossDictLintHook(Hook):
     guard_outputs = GuardOutputs(
         Section.OTHER,
         events=(Event.LOSS_DICT_LINT, ),
-        counters=(CounterKey.LOSS_DICT_LINT, ),
-        findings=(Finding.LOSS_DICT_LINT, ),
-        sync=(Sync.LOSS_DICT_FINDINGS, ))
+        counters=(CounterKey.LOSS_DICT_LINT, ))
 
     priority = 'NORMAL'
 
@@ -157,20 +153,18 @@ class LossDictLintHook(Hook):
         self._sync.post(_FINDINGS, float(len(findings)))
         update_counters(CounterKey.LOSS_DICT_LINT, findings=len(findings),
                         keys=self._keys)
-        write_event(runner.work_dir, Event.LOSS_DICT_LINT, findings=findings,
-                    keys=self._keys, weight_probe_s=round(probe_s, 3))
+        message = (f'LossDictLintHook (rank {get_rank()}) found '
+                   f'{len(findings)} problem(s) in the loss dict '
+                   f'{self._keys}:\n  - ' + '\n  - '.join(findings)
+                   ) if findings else None
+        write_event(runner.work_dir, Event.LOSS_DICT_LINT, message,
+                    logging.ERROR, findings=findings, keys=self._keys,
+                    weight_probe_s=round(probe_s, 3))
         if not findings:
             log(f'LossDictLintHook: loss dict {self._keys} is clean '
                 '(no double counting, every grad-carrying entry is a loss'
                 + (f', every loss_weight reaches the loss; probe '
                    f'{probe_s:.1f} s' if self.check_weights else '') + ').')
-            return
-        message = (f'LossDictLintHook (rank {get_rank()}) found '
-                   f'{len(findings)} problem(s) in the loss dict '
-                   f'{self._keys}:\n  - ' + '\n  - '.join(findings))
-        log(message, logging.ERROR)
-        share_finding(Finding.LOSS_DICT_LINT, message, logging.ERROR,
-                      runner.iter + 1)
 
     def _decide(self, runner) -> None:
         sync = self._sync

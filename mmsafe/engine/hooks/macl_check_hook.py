@@ -19,11 +19,13 @@ from mmsafe.engine.monitor_sync import monitor_sync_of
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeValueError
 from mmsafe.events import batch_file_names, log, update_scalar
-from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
-                                  Scalar, Section, Sync)
+from mmsafe.guard_outputs import (CounterKey, Event, GuardOutputs, Scalar,
+                                  Section)
 from mmsafe.modalities import (RECOGNISED_LOSSES, find_loss_key, flatten)
 
 _POLICIES = ('warn', 'raise')
+#: the monitor-sync name of one value this hook posts
+SYNC = 'macl_check/{}'
 # Values every rank posts to the monitor sync (declared in before_run), and
 # per watched term: 'present/<term>' and '<problem>/<term>'.
 _NAMES = ('seen', 'unreached', 'ratio_sum', 'ratio_count', 'gap_sum',
@@ -129,9 +131,7 @@ class MACLCheckHook(Hook):
         events=(Event.MACL_PRESENCE_LOCAL, Event.MACL_PRESENCE,
                 Event.MACL_CHANCE, Event.MACL_CONTROL),
         counters=(CounterKey.MACL_CHECK, ),
-        scalars=(Scalar.MACL_CHANCE_RATIO, ),
-        findings=(Finding.MACL_PROBLEM, ),
-        sync=(Sync.MACL_CHECK, ))
+        scalars=(Scalar.MACL_CHANCE_RATIO, ))
 
     priority = 'NORMAL'
 
@@ -245,10 +245,10 @@ class MACLCheckHook(Hook):
         self._sync = monitor_sync_of(runner)
         self._choose_terms(runner)
         for name in _NAMES:
-            self._sync.declare(Sync.MACL_CHECK.format(name))
+            self._sync.declare(SYNC.format(name))
         for term in self.terms:
             for name in ('present', ) + TERM_PROBLEMS:
-                self._sync.declare(Sync.MACL_CHECK.format(f'{name}/{term}'))
+                self._sync.declare(SYNC.format(f'{name}/{term}'))
 
     def before_train(self, runner) -> None:
         model = unwrap_model(runner.model)
@@ -332,7 +332,7 @@ class MACLCheckHook(Hook):
         found_keys = {}
         for term in self.terms:
             key = found_keys[term] = find_loss_key(term, keys)
-            sync.post(Sync.MACL_CHECK.format(f'present/{term}'),
+            sync.post(SYNC.format(f'present/{term}'),
                       1.0 if key is not None else 0.0)
             if key is not None:
                 self._seen_here.add(term)
@@ -352,22 +352,22 @@ class MACLCheckHook(Hook):
                 value, term_ratio, contrast_possible=None
                 if term == chance else possible)
             for name in problems:
-                sync.post(Sync.MACL_CHECK.format(f'{name}/{term}'), 1.0)
+                sync.post(SYNC.format(f'{name}/{term}'), 1.0)
                 if files is None:
                     files = batch_file_names(data_batch)
                 self._verdicts.local(runner.work_dir, name, iteration, files,
                                      term=key or term)
-        sync.post(Sync.MACL_CHECK.format('seen'), 1.0)
+        sync.post(SYNC.format('seen'), 1.0)
         for key, found in (('ratio', ratio), ('gap', self._logged_value(
                 runner, flat, find_loss_key('macl_pair_gap', keys)))):
             if found is not None and math.isfinite(found):
-                sync.post(Sync.MACL_CHECK.format(key + '_sum'), found)
-                sync.post(Sync.MACL_CHECK.format(key + '_count'), 1.0)
+                sync.post(SYNC.format(key + '_sum'), found)
+                sync.post(SYNC.format(key + '_count'), 1.0)
         # Every rank, every iteration: a collective only when due.
         if sync.sync(runner):
             if self._reach is not None and self._reach.unreached():
                 # Posted after its sync: counted at the next one.
-                sync.post(Sync.MACL_CHECK.format('unreached'), 1.0)
+                sync.post(SYNC.format('unreached'), 1.0)
                 self._verdicts.local(runner.work_dir, 'unreached',
                                      iteration, [],
                                      term=self._chance_term or
@@ -376,7 +376,7 @@ class MACLCheckHook(Hook):
 
     def _evaluate(self, runner, sync, iteration: int, data_batch) -> None:
         def last(name: str) -> float:
-            return sync.last(Sync.MACL_CHECK.format(name))
+            return sync.last(SYNC.format(name))
 
         for term in self.terms:
             if term not in self._demanded and last(f'present/{term}') > 0:
@@ -392,13 +392,13 @@ class MACLCheckHook(Hook):
                 if count:
                     found[(term, name)] = count
                     named = sync.last_ranks(
-                        Sync.MACL_CHECK.format(f'{name}/{term}'))
+                        SYNC.format(f'{name}/{term}'))
                     ranks = None if named is None or ranks is None else \
                         ranks | set(named)
         if last('unreached'):
             found[(self._chance_term or self.terms[0], 'unreached')] = \
                 int(last('unreached'))
-            named = sync.last_ranks(Sync.MACL_CHECK.format('unreached'))
+            named = sync.last_ranks(SYNC.format('unreached'))
             ranks = None if named is None or ranks is None else \
                 ranks | set(named)
         if found:

@@ -15,10 +15,10 @@ from mmsafe.dist import all_gather_object, get_rank, is_distributed
 from mmsafe.engine.monitor_sync import logger_interval, monitor_sync_of
 from mmsafe.engine.resume_state import STATE_KEY, rank_buffers, run_fingerprint
 from mmsafe.engine.run_context import run_context
-from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, Preempted
+from mmsafe.engine.runner.stop import PREEMPTED_EXIT_CODE, stop_run
 from mmsafe.engine.utils import train_progress
 from mmsafe.errors import MMSafeRuntimeError
-from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 from mmsafe.rng import RNGState
 
@@ -32,7 +32,7 @@ DEFAULT_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1', 'SIGBREAK')
 #: is signalled, whatever its workers did).
 EXIT_CODE_FILE_ENV = 'MMSAFE_EXIT_CODE_FILE'
 
-REQUEST = Sync.PREEMPTION_REQUEST
+REQUEST = 'preemption/request'
 
 # Handlers to put back in a process forked while a PreemptionHook's are
 # installed: a forked child (a metric's multiprocessing pool, ...) must end
@@ -112,8 +112,7 @@ class PreemptionHook(Hook):
     guard_outputs = GuardOutputs(
         Section.PREEMPTION,
         events=(Event.PREEMPTED, ),
-        counters=(CounterKey.PREEMPTION, ),
-        sync=(Sync.PREEMPTION_REQUEST, ))
+        counters=(CounterKey.PREEMPTION, ))
 
     priority = 'LOWEST'  # after every other hook of the iteration
 
@@ -289,7 +288,7 @@ class PreemptionHook(Hook):
             f'({waited if waited is not None else "?"} s after the signal). '
             f'The process exits with code {self.exit_code}; continue with '
             '`--resume`.', logging.WARNING)
-        raise Preempted(reason, path, self.exit_code)
+        stop_run(runner, reason, path, exit_code=self.exit_code)
 
 
 def _remove_older_stop_checkpoints(folder: str, keep: str) -> None:

@@ -14,15 +14,12 @@ from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
                                                   parameter_indices,
                                                   unfinished_reduction_error)
 from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
-from mmsafe.engine.rank_channel import share_finding
 from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
-from mmsafe.guard_outputs import (CounterKey, Event, Finding, GuardOutputs,
-                                  Section)
-from mmsafe.events import (batch_file_names, log, update_counters,
-                           write_event)
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
+from mmsafe.events import batch_file_names, update_counters, write_event
 
 _POLICIES = ('warn', 'raise')
 
@@ -104,8 +101,7 @@ class RankFaultHook(Hook):
     guard_outputs = GuardOutputs(
         Section.RANK_FAULTS,
         events=(Event.RANK_FAULT_LOSS_TERMS, ),
-        counters=(CounterKey.RANK_FAULTS, ),
-        findings=(Finding.RANK_FAULT_LOSS_TERMS, ))
+        counters=(CounterKey.RANK_FAULTS, ))
 
     # after_train_iter runs before the other hooks' (their monitoring
     # sync must not meet a rank whose gradient reduction is unfinished)
@@ -217,8 +213,6 @@ class RankFaultHook(Hook):
         if count > 8 and count & (count - 1):
             return  # a flapping loss dict: reported at powers of two
         files = self._files() if not change['restored'] else []
-        write_event(self._work_dir, Event.RANK_FAULT_LOSS_TERMS, **change,
-                    files=files)
         if change['restored']:
             message = (f'rank {rank}, iteration {it}: the loss dict is back '
                        f'to its usual terms ({_join(change["keys"])}).')
@@ -230,8 +224,8 @@ class RankFaultHook(Hook):
                 else logging.WARNING
         if count > 1:
             message += f' [change {count} of the loss dict on this rank]'
-        log(message, level)
-        share_finding(Finding.RANK_FAULT_LOSS_TERMS, message, level, it)
+        write_event(self._work_dir, Event.RANK_FAULT_LOSS_TERMS, message,
+                    level, **change, files=files)
         if self.policy == 'raise' and (change['missing']
                                        or change['detached']):
             raise MMSafeRuntimeError(f'[mmsafe] {message}\nSet RankFaultHook '

@@ -13,15 +13,48 @@ from mmengine.hooks import Hook
 from mmsafe.registry import HOOKS
 
 from mmsafe.checkpoint import atomic_write
+from mmsafe.checkpoint import resume as checkpoint_resume
+from mmsafe.datasets import pairing
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.guard_status import guard_statuses, summary_line
+from mmsafe.engine.optimizers import AmpNaNSkipOptimWrapper, NaNSkipOptimWrapper
+from mmsafe.engine.resume_state import ResumePlan
 from mmsafe.engine.run_context import run_context
+from mmsafe.engine.runner.safe_runner import SafeRunner
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
-from mmsafe.guard_outputs import (SECTION_ORDER, CounterKey, DeclaredOutputs,
-                                  Event, Section, collect)
+from mmsafe.guard_outputs import (SECTION_ORDER, CounterKey, Event,
+                                  GuardOutputs, Section, UnknownGuardError,
+                                  outputs_of)
+from mmsafe.models.heads.macl_head import MACLHead
+from .dataloader_probe_hook import DataLoaderProbeHook
+from .divergence_rollback_hook import DivergenceRollbackHook
+from .empty_batch_sync_hook import EmptyBatchSyncHook
+from .eval_coverage_hook import EvalCoverageHook
+from .first_batch_stats_hook import FirstBatchStatsHook
+from .hang_watchdog_hook import HangWatchdogHook
+from .loss_dict_lint_hook import LossDictLintHook
+from .macl_check_hook import MACLCheckHook
+from .preemption_hook import PreemptionHook
+from .rank_fault_hook import RankFaultHook
+from .scalar_bands_hook import ScalarBandsHook
+from .skip_aware_param_scheduler_hook import SkipAwareParamSchedulerHook
+from .valid_instance_resample_hook import ValidInstanceResampleHook
 
 REPORT_FILE = 'safety_report.json'
+
+#: mmsafe's guards (each declares its ``guard_outputs``), by the name a
+#: config or :class:`SafetyReport`'s ``sections`` writes: the registered
+#: type name, or the module name of an emitter that is no class.
+GUARDS: Dict[str, Any] = {
+    emitter.__name__: emitter for emitter in (
+        NaNSkipOptimWrapper, AmpNaNSkipOptimWrapper, EmptyBatchSyncHook,
+        DataLoaderProbeHook, HangWatchdogHook, MACLCheckHook, MACLHead,
+        EvalCoverageHook, RankFaultHook, SafeRunner, PreemptionHook,
+        checkpoint_resume, ResumePlan, FirstBatchStatsHook,
+        ValidInstanceResampleHook, LossDictLintHook, ScalarBandsHook,
+        SkipAwareParamSchedulerHook, pairing, DivergenceRollbackHook)
+}
 
 
 @HOOKS.register_module()
@@ -157,9 +190,9 @@ class SafetyReportHook(Hook):
 class SafetyReport:
     """Builds the report of a run from the events file and the counters of
     every rank, grouped into sections: an event kind or counter key goes to
-    the section of the guard that declares it (the ``guard_outputs`` of its
-    class, collected from the registries by
-    :func:`mmsafe.guard_outputs.collect`).
+    the section of the guard that declares it (the ``guard_outputs`` of one
+    of mmsafe's :data:`GUARDS`, or of one of the run's hooks: a plugin's
+    guard), to ``other`` when none does.
 
     Args:
         sections (Sequence[tuple], optional): ``(section, guards)`` pairs
@@ -168,7 +201,8 @@ class SafetyReport:
             guard is named by its registered type name, as a config writes
             it (``'ScalarBandsHook'``, ``'NaNSkipOptimWrapper'``; a
             registered subclass that inherits the outputs, such as
-            ``'AmpNaNSkipOptimWrapper'``, names them too).
+            ``'AmpNaNSkipOptimWrapper'``, names them too); a plugin's guard
+            by the name its class is registered under in ``HOOKS``.
         max_causes (int): causes listed per section in the log table.
 
     Raises:
@@ -183,9 +217,8 @@ class SafetyReport:
             max_causes: int = 4) -> None:
         self.sections = tuple(
             (name, tuple(guards)) for name, guards in (sections or ()))
-        table = collect()
-        # the declaring guard's name -> the section its outputs move to
-        self._moved = {table.guard(guard).name: name
+        # a guard's declaration -> the section its outputs move to
+        self._moved = {_declared(guard): name
                        for name, guards in self.sections for guard in guards}
         self.max_causes = max_causes
 
@@ -200,10 +233,15 @@ class SafetyReport:
         return dict(rank=get_rank(), counters=counters)
 
     def section_of(self, name: str,
-                   table: Optional[DeclaredOutputs] = None) -> str:
-        """The section of an event kind or counter key, by ``table`` (the
-        outputs declared now when None)."""
-        return (table or collect()).section_of(name, self._moved)
+                   declared: Sequence[GuardOutputs] = ()) -> str:
+        """The section of an event kind or counter key: that of the guard
+        among mmsafe's :data:`GUARDS` and ``declared`` (a plugin's) that
+        declares it, as ``sections`` moves it; ``other`` when none
+        does (e.g. a counter restored from an older run's checkpoint)."""
+        for outputs in _MMSAFE_OUTPUTS + tuple(declared):
+            if name in outputs.names():
+                return self._moved.get(outputs, outputs.section)
+        return Section.OTHER
 
     def build(self, runner, status: str, exc: Optional[BaseException],
               states: List[Dict[str, Any]],
@@ -213,10 +251,12 @@ class SafetyReport:
         ended reads ``'preempted'``), exception, root cause, progress,
         sections, counters."""
         events = _read_events(runner.work_dir)
-        table = collect()
+        table = [outputs for outputs in map(
+            outputs_of, getattr(runner, 'hooks', ()))
+                 if outputs is not None and outputs not in _MMSAFE_OUTPUTS]
         # mmsafe's sections, then those of plugins' guards and overrides
         names = list(SECTION_ORDER)
-        for name in [guard.outputs.section for guard in table.guards] + [
+        for name in [outputs.section for outputs in table] + [
                 n for n, _ in self.sections]:
             if name not in names and name != Section.OTHER:
                 names.append(name)
@@ -428,3 +468,25 @@ def _causes(record: Dict[str, Any]) -> List[str]:
         if value not in (None, '', []):
             return [str(value)]
     return [str(record.get('kind', 'unknown'))]
+
+
+#: the declarations of mmsafe's guards (a subclass that inherits one, such
+#: as AmpNaNSkipOptimWrapper, shares it)
+_MMSAFE_OUTPUTS: Tuple[GuardOutputs, ...] = tuple(dict.fromkeys(
+    outputs_of(emitter) for emitter in GUARDS.values()))
+
+
+def _declared(name: str) -> GuardOutputs:
+    """The declaration of the guard named ``name``: one of :data:`GUARDS`,
+    else a hook registered as ``name`` that declares outputs.
+
+    Raises:
+        UnknownGuardError: none is; the message lists mmsafe's guards.
+    """
+    emitter = GUARDS.get(name) or HOOKS.get(name)
+    outputs = None if emitter is None else outputs_of(emitter)
+    if outputs is None:
+        raise UnknownGuardError(
+            f'[mmsafe] {name!r} is not a registered guard with declared '
+            f'outputs; mmsafe\'s are: {", ".join(sorted(GUARDS))}')
+    return outputs

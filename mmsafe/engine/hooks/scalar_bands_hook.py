@@ -10,16 +10,16 @@ from mmengine.hooks import Hook
 
 from mmsafe.registry import HOOKS
 
-from mmsafe.dist import (all_gather_object, all_reduce_sum,
-                         get_rank)
+from mmsafe.dist import all_gather_object, get_rank
 from mmsafe.engine.monitor_sync import monitor_sync_of
-from mmsafe.engine.runner import StopTraining
+from mmsafe.engine.runner.stop import stop_run
 from mmsafe.engine.utils import train_progress
 from mmsafe.errors import MMSafeValueError
-from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 
-STOP_VOTE = Sync.BAND_STOP
+#: the monitor-sync name of the stop requests
+STOP_VOTE = 'scalar_bands/stop'
 
 ACTIONS = ('warn', 'stop')
 _STAGE_PREFIXES = ('train/', 'val/', 'test/')
@@ -122,21 +122,16 @@ class ScalarBandsHook(Hook):
 
     * the reason is logged on every rank and written to the event log;
     * a checkpoint ``band_stop_iter_{N}.pth`` is saved in the work dir;
-    * training ends at once, on every rank at the same iteration:
-
-      - ``IterBasedTrainLoop`` (any stop) and ``EpochBasedTrainLoop`` (a
-        stop decided after a validation): ``runner.train_loop.stop_training``
-        is set, the flag these loops read before their next iteration or
-        epoch (as ``EarlyStoppingHook`` does); the loop ends normally, under
-        any runner;
-      - otherwise (``EpochBasedTrainLoop`` after a training iteration, whose
-        loop reads the flag only between epochs, and any other loop):
-        :class:`~mmsafe.engine.runner.StopTraining` is raised with the
-        reason and the checkpoint. ``SafeRunner`` (``runner_type =
-        'SafeRunner'``, set by ``configs/_base_/safety_runtime.py``) ends the
-        run cleanly (``after_train`` and ``after_run`` hooks run, exit code
-        0); under MMEngine's stock ``Runner`` the exception ends the run
-        with its message and a non-zero exit code, on every rank.
+    * training ends at once, on every rank at the same iteration, through
+      :func:`~mmsafe.engine.runner.stop.stop_run`: the loop's
+      ``stop_training`` flag where the loop reads it before its next
+      iteration (``IterBasedTrainLoop``; ``EpochBasedTrainLoop`` after a
+      validation), else :class:`~mmsafe.engine.runner.StopTraining` with
+      the reason and the checkpoint, which ``SafeRunner`` (``runner_type =
+      'SafeRunner'``, set by ``configs/_base_/safety_runtime.py``) turns
+      into a clean end (``after_train`` and ``after_run`` hooks run, exit
+      code 0); under MMEngine's stock ``Runner`` the exception ends the
+      run with its message and a non-zero exit code, on every rank.
 
     Under DDP, training losses differ between ranks: a stop request is
     posted to :class:`MonitorSync` and every rank stops at the
@@ -153,8 +148,7 @@ class ScalarBandsHook(Hook):
     guard_outputs = GuardOutputs(
         Section.OTHER,
         events=(Event.BAND_VIOLATION, Event.BAND_STOP),
-        counters=(CounterKey.SCALAR_BANDS, ),
-        sync=(Sync.BAND_STOP, ))
+        counters=(CounterKey.SCALAR_BANDS, ))
 
     priority = 'NORMAL'
 
@@ -269,7 +263,7 @@ class ScalarBandsHook(Hook):
             return
         # Validation metrics are broadcast from rank 0, but a val loss is
         # not: decide together (one collective per validation, all ranks).
-        votes = all_reduce_sum([1.0 if self._stop_reason else 0.0])[0]
+        votes = self._sync.sum_now(1.0 if self._stop_reason else 0.0)
         if votes > 0:
             self._stop(runner, in_train_iter=False)
 
@@ -297,13 +291,6 @@ class ScalarBandsHook(Hook):
                 meta=dict(epoch=runner.epoch, iter=iteration))
             log(f'ScalarBandsHook: saved '
                 f'{osp.join(runner.work_dir, filename)}')
-        loop = runner.train_loop
-        from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
-        if isinstance(loop, IterBasedTrainLoop) or (
-                not in_train_iter and isinstance(loop, EpochBasedTrainLoop)):
-            # The loop reads the flag before its next iteration or epoch.
-            loop.stop_training = True
-            return
-        raise StopTraining(
-            reason, checkpoint=osp.join(runner.work_dir, filename)
-            if self.save_checkpoint else None)
+        stop_run(runner, reason, checkpoint=osp.join(
+            runner.work_dir, filename) if self.save_checkpoint else None,
+                 in_train_iter=in_train_iter)

@@ -13,10 +13,10 @@ from mmsafe.dist import get_world_size
 from mmsafe.engine.guard_status import ACTIVE, INACTIVE
 from mmsafe.engine.modalities import train_datasets
 from mmsafe.engine.monitor_sync import monitor_sync_of
-from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section, Sync
+from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import log, update_counters, write_event
 
-RESAMPLED = Sync.RESAMPLED
+RESAMPLED = 'valid_instance_resample/resampled'
 
 
 @HOOKS.register_module()
@@ -48,8 +48,7 @@ class ValidInstanceResampleHook(Hook):
     guard_outputs = GuardOutputs(
         Section.OTHER,
         events=(Event.INSTANCE_RESAMPLE, ),
-        counters=(CounterKey.VALID_INSTANCE_RESAMPLE, ),
-        sync=(Sync.RESAMPLED, ))
+        counters=(CounterKey.VALID_INSTANCE_RESAMPLE, ))
 
     priority = 'NORMAL'
 

@@ -6,9 +6,8 @@ from typing import Dict, Optional
 
 from mmsafe.dist import get_rank, get_world_size
 from mmsafe.errors import MMSafeRuntimeError
-from mmsafe.guard_outputs import CounterKey, Event, Finding
+from mmsafe.guard_outputs import CounterKey, Event
 from mmsafe.events import log, log_once, update_counters, write_event
-from mmsafe.engine.rank_channel import share_finding
 from .signals import describe
 
 
@@ -72,14 +71,12 @@ class MACLVerdicts:
         if (term, name) in self._reported:
             return
         self._reported.add((term, name))
-        write_event(work_dir, Event.MACL_PRESENCE_LOCAL, iter=iteration,
-                    problem=name, term=term, files=files)
         message = (f'MACLCheckHook: rank {get_rank()} sees {term} '
                    f'{name} at iteration {iteration}; every rank decides at '
                    'the next sync (the log interval under DDP).')
-        log(message, logging.WARNING)
-        share_finding(Finding.MACL_PROBLEM.format(name), message,
-                      logging.WARNING, iteration, files=files[:4])
+        write_event(work_dir, Event.MACL_PRESENCE_LOCAL, message,
+                    logging.WARNING, iter=iteration, problem=name, term=term,
+                    files=files)
 
     def problems(self, work_dir: Optional[str], iteration: int,
                  found: Dict, seen: int, files: list,

@@ -6,7 +6,6 @@ import torch
 
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.events import update_scalar
-from mmsafe.guard_outputs import Scalar
 
 
 def total_norm(grads: List[torch.Tensor], norm_type: float) -> torch.Tensor:
@@ -77,5 +76,5 @@ def clip_per_module(params: List[torch.Tensor], rules: List[dict],
         norm = torch.nn.utils.clip_grad_norm_(
             group, max_norm=rule['max_norm'], norm_type=rule['norm_type'])
         update_scalar(message_hub,
-                      Scalar.GRAD_NORM_OF_RULE.format(rule['pattern']),
+                      'train/grad_norm_{}'.format(rule['pattern']),
                       float(norm))

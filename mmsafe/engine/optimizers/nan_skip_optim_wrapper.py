@@ -142,7 +142,7 @@ class NaNSkipOptimWrapper(OptimWrapper):
         Section.SKIPPED_STEPS,
         events=(Event.STEP_SKIP, ),
         counters=(CounterKey.STEP_GUARD, ),
-        scalars=(Scalar.GRAD_NORM, Scalar.GRAD_NORM_OF_RULE,
+        scalars=(Scalar.GRAD_NORM, 'train/grad_norm_{}',
                  Scalar.SKIPPED_STEPS, Scalar.NAN_SKIPS,
                  Scalar.CONSECUTIVE_SKIPS, Scalar.AMP_OVERFLOWS,
                  Scalar.SPIKE_SKIPS))

@@ -34,7 +34,7 @@ from mmsafe.engine.rank_channel import (DEFAULT_PEER_GRACE, RankChannel,
                                         failed_party, failure_place)
 from mmsafe.engine.run_context import run_context
 from mmsafe.engine.utils import train_progress
-from mmsafe.events import log
+from mmsafe.events import log, write_event
 from mmsafe.guard_outputs import Event
 from .errors import PeerRankFailedError, is_communication_error
 
@@ -71,7 +71,7 @@ class CrashPath:
                               grace=float(grace),
                               on_peer_failure=self._peer_failed,
                               before_exit=self._ending_for_peer)
-        if channel.open():
+        if channel.open(self.runner.logger):
             run_context(self.runner).rank_channel = channel
             atexit.register(channel.close)
 
@@ -124,7 +124,7 @@ class CrashPath:
                 root = dict(root, after_peer=peer)
         final = explained or exc
         if root is not peer:
-            context.events.write(Event.RANK_FAILED, **{
+            write_event(runner.work_dir, Event.RANK_FAILED, **{
                 k: v for k, v in root.items()
                 if k not in ('message', 'cause', 'type', 'rank')},
                 cause=root.get('cause', root.get('type')),

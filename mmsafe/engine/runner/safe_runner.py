@@ -21,7 +21,7 @@ from mmsafe.checkpoint import register_checkpoint_schemes
 from mmsafe.engine.monitor_sync import MonitorSync
 from mmsafe.engine.optimizers.nan_skip_optim_wrapper import (
     bind_work_dirs, use_run_spike_skip)
-from mmsafe.engine.run_context import RunContext, run_context
+from mmsafe.engine.run_context import RunContext
 from mmsafe.guard_outputs import Event, GuardOutputs, Section
 from mmsafe.registry import RUNNERS
 from mmsafe.registry_help import announce_scope
@@ -56,8 +56,8 @@ class SafeRunner(Runner):
     * **the config text formatted once**
       (:mod:`~mmsafe.engine.runner.config_text`): the log, the dumps and
       every checkpoint's meta read one yapf run per content;
-    * **the run context** (:mod:`mmsafe.engine.run_context`): the event
-      log, the :class:`~mmsafe.engine.monitor_sync.MonitorSync` that all of
+    * **the run context** (:mod:`mmsafe.engine.run_context`): the
+      :class:`~mmsafe.engine.monitor_sync.MonitorSync` that all of
       the run's mmsafe hooks post to (under DDP their values travel in one
       all-reduce per log interval), the rank channel, the resume plan;
     * **DDP on CPU** (:mod:`~mmsafe.engine.runner.cpu_dist`): gloo, no
@@ -102,7 +102,6 @@ class SafeRunner(Runner):
         arguments['env_cfg'] = env_cfg_or_default(arguments['env_cfg'])
         super().__init__(**arguments)
         announce_scope()  # names a project registered after mmsafe's import
-        run_context(self).events.bind(self.work_dir)
         self._crash.open_rank_channel()
 
     def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
@@ -142,7 +141,7 @@ class SafeRunner(Runner):
 
     def build_optim_wrapper(self, optim_wrapper):
         built = super().build_optim_wrapper(optim_wrapper)
-        bind_work_dirs(built, run_context(self).events.work_dir)
+        bind_work_dirs(built, self.work_dir)
         use_run_spike_skip(built, self.cfg.get('mmsafe_spike_skip'))
         return built
 

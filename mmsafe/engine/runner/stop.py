@@ -6,6 +6,7 @@ import logging
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 from mmsafe.engine.rank_channel import DEFAULT_PEER_GRACE, end_process_after
+from mmsafe.engine.run_context import run_context
 from mmsafe.errors import MMSafeError
 from mmsafe.events import log
 
@@ -15,9 +16,53 @@ from mmsafe.events import log
 PREEMPTED_EXIT_CODE = 75
 
 
+def stop_run(runner, reason: str, checkpoint: Optional[str] = None,
+             in_train_iter: bool = True,
+             exit_code: Optional[int] = None) -> None:
+    """End training: the one way a hook stops a run. Call it on every rank
+    at the same iteration (a decision taken from values every rank shares,
+    e.g. after a :class:`~mmsafe.engine.monitor_sync.MonitorSync` sync).
+
+    * ``IterBasedTrainLoop`` (any stop) and ``EpochBasedTrainLoop`` (a stop
+      outside a training iteration, e.g. after a validation):
+      ``runner.train_loop.stop_training`` is set, the flag these loops read
+      before their next iteration or epoch (as MMEngine's
+      ``EarlyStoppingHook`` does); the loop ends normally, under any
+      runner, and this function returns;
+    * otherwise (``EpochBasedTrainLoop`` inside a training iteration, any
+      other loop, or a stop with an ``exit_code``): :class:`StopTraining`
+      (:class:`Preempted` with an ``exit_code``) is raised. ``SafeRunner``
+      ends the run cleanly (``after_train`` and ``after_run`` hooks run);
+      under MMEngine's stock ``Runner`` the exception ends the run with its
+      message and a non-zero exit code.
+
+    Args:
+        runner: the runner whose training stops.
+        reason (str): why, for the log and the exception.
+        checkpoint (str, optional): the checkpoint saved before stopping.
+        in_train_iter (bool): called from a training iteration's hook
+            (``after_train_iter``); False after a validation.
+        exit_code (int, optional): the process's exit code once the run
+            has ended (a stop signal's, :data:`PREEMPTED_EXIT_CODE`); the
+            stop is then always raised.
+
+    Raises:
+        StopTraining: see above.
+    """
+    from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
+    if exit_code is not None:
+        raise Preempted(reason, checkpoint, exit_code)
+    loop = runner.train_loop
+    if isinstance(loop, IterBasedTrainLoop) or (
+            not in_train_iter and isinstance(loop, EpochBasedTrainLoop)):
+        loop.stop_training = True
+        return
+    raise StopTraining(reason, checkpoint=checkpoint)
+
+
 class StopTraining(MMSafeError):
-    """Raised by a hook (on every rank, at the same iteration) to end
-    training now.
+    """Raised by :func:`stop_run` (on every rank, at the same iteration) to
+    end training now.
 
     :class:`~mmsafe.engine.runner.SafeRunner` ends the run cleanly when it
     catches one: it logs the reason, calls the ``after_train`` and
@@ -59,18 +104,20 @@ class TrainingPreempted(SystemExit):
 
 
 @contextlib.contextmanager
-def ends_soon_after_error(cfg) -> Iterator[None]:
+def ends_soon_after_error(runner) -> Iterator[None]:
     """For a tool's ``runner.train()``/``runner.test()``: an error leaving
     the block arms
-    :func:`~mmsafe.engine.rank_channel.end_process_after` with the config's
-    ``mmsafe_peer_grace`` (the error is raised unchanged)."""
+    :func:`~mmsafe.engine.rank_channel.end_process_after` for the run's
+    rank channel with the config's ``mmsafe_peer_grace`` (the error is
+    raised unchanged; nothing is armed without a channel)."""
     try:
         yield
     except TrainingPreempted:
         raise  # a clean stop (checkpoint saved), not an error
     except BaseException:
-        end_process_after(float(cfg.get('mmsafe_peer_grace',
-                                        DEFAULT_PEER_GRACE)))
+        end_process_after(run_context(runner).rank_channel,
+                          float(runner.cfg.get('mmsafe_peer_grace',
+                                               DEFAULT_PEER_GRACE)))
         raise
 
 
