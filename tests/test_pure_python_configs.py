@@ -34,6 +34,8 @@ TWINS = {
     'mmsafe/configs/llvip/_base_/runtime_tensorboard.py':
         'configs/llvip/_base_/runtime_tensorboard.py',
     'mmsafe/configs/llvip/demo_cpu.py': 'configs/llvip/demo_cpu.py',
+    'mmsafe/configs/llvip/dual_faster_rcnn_r50_fpn_macl_llvip.py':
+        'configs/llvip/dual_faster_rcnn_r50_fpn_macl_llvip.py',
     'mmsafe/configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py':
         'configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist.py',
     'mmsafe/configs/kaist/dual_faster_rcnn_r50_fpn_macl_kaist_sanitized.py':
