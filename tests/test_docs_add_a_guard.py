@@ -1,8 +1,8 @@
 """The guard of extending.md's "Add a guard" runs as written: its one file,
 imported by ``custom_imports``, trains under MMEngine's plain ``Runner``
 and under ``SafeRunner`` with 2 gloo ranks, and writes its event with the
-ranks that saw it when the ranks sync (through ``run_context(runner)``
-and ``monitor_sync_of(runner)``, nothing else of mmsafe's engine)."""
+ranks that saw it when the ranks sync (through ``monitor_sync_of(runner)``
+and ``write_event``, nothing else of mmsafe's engine)."""
 import os
 import os.path as osp
 import re
