@@ -16,7 +16,7 @@ with read_base():
     from ..llvip._base_.runtime_tensorboard import *  # noqa
     from .._base_.safety_runtime import *  # noqa
 
-model.roi_head.bbox_head.num_classes = 3
+model.roi_head.bbox_head.update(num_classes=3)
 
 train_cfg = dict(type=EpochBasedTrainLoop, max_epochs=12, val_interval=1)
 val_cfg = dict(type=ValLoop)

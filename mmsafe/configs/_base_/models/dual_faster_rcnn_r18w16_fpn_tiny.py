@@ -45,9 +45,9 @@ model.update(
     test_cfg=dict(
         rpn=dict(nms_pre=300, max_per_img=100),
         rcnn=dict(max_per_img=50)))
-# replaced whole (the text twin's _delete_)
-model.ir_neck = dict(fpn32)
-model.macl_head = dict(
+# replaced whole (the text twin's _delete_): item assignment, not update
+model['ir_neck'] = dict(fpn32)
+model['macl_head'] = dict(
     type=MACLHead,
     in_dim=32,
     proj_dim=32,
