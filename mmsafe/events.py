@@ -62,7 +62,7 @@ def jsonable(value: Any) -> Any:
 
 def write_event(work_dir: Optional[str], kind: str,
                 message: Optional[str] = None, level: int = logging.WARNING,
-                **fields: Any) -> Dict:
+                /, **fields: Any) -> Dict:
     """Emit one event: append its record to the run's JSONL event log and,
     with a ``message``, log it on this rank and on rank 0.
 
@@ -82,7 +82,9 @@ def write_event(work_dir: Optional[str], kind: str,
             ``[mmsafe]`` prefix); None logs nothing.
         level (int): the message's logging level.
         **fields: JSON-serialisable details (tensors and numbers are
-            converted; NaN/Inf become strings).
+            converted; NaN/Inf become strings). The arguments above are
+            positional only, so a field may be called ``message`` or
+            ``level``.
 
     Returns:
         dict: the record (``time``, ``rank``, ``kind`` and the fields).

@@ -344,6 +344,9 @@ def test_an_events_message_is_logged_with_its_kind_for_the_channel(tmp_path):
         write_event(str(tmp_path), go.Event.MACL_PRESENCE_LOCAL, 'missing',
                     iter=5, problem='missing')
         write_event(str(tmp_path), go.Event.STEP_SKIP, iter=6)  # no message
+        # message and level are positional: as keywords they are fields
+        write_event(str(tmp_path), go.Event.FIRST_BATCH_FLAG, iter=7,
+                    message='a field', level='a field too')
         from mmsafe.events import log
         log('a line that is no event')
     finally:
@@ -352,5 +355,8 @@ def test_an_events_message_is_logged_with_its_kind_for_the_channel(tmp_path):
         ('empty_batch', 'rank 1: empty', logging.INFO, 4),
         ('macl_presence_local/missing', 'missing', logging.WARNING, 5)]
     assert EVENT_ATTR == 'mmsafe_event'
-    assert [r['kind'] for r in read_events(str(tmp_path))] == [
-        'empty_batch', 'macl_presence_local', 'step_skip']
+    records = read_events(str(tmp_path))
+    assert [r['kind'] for r in records] == [
+        'empty_batch', 'macl_presence_local', 'step_skip', 'first_batch_flag']
+    assert records[-1]['message'] == 'a field'
+    assert records[-1]['level'] == 'a field too'
