@@ -27,9 +27,9 @@ string ``'hang_watchdog'`` and ``Scalar.GRAD_NORM`` the string
 no guard declares. A plugin may write the strings.
 
 Nothing is checked while a run trains: tests/test_guard_outputs.py reads
-mmsafe's source and fails on an emitted name that the emitting module's
-guard does not declare, on a name two guards declare and on a declared
-name that is never emitted. ``SafetyReportHook`` files each event kind and
+mmsafe's source and fails on an emitted name that no guard of mmsafe
+declares, on a name two guards declare and on a declared name that is
+never emitted. ``SafetyReportHook`` files each event kind and
 counter key under its guard's section: mmsafe's guards are listed in
 :mod:`mmsafe.engine.hooks.safety_report_hook`, a plugin's guard is one of
 the run's hooks.
