@@ -21,6 +21,7 @@ from mmsafe.engine.optimizers import AmpNaNSkipOptimWrapper, NaNSkipOptimWrapper
 from mmsafe.engine.resume_state import ResumePlan
 from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.safe_runner import SafeRunner
+from mmsafe.engine.runner.stop import STOP_INFO
 from mmsafe.engine.utils import train_progress
 from mmsafe.events import EVENTS_FILE, INFO_PREFIX, jsonable, log
 from mmsafe.guard_outputs import (SECTION_ORDER, CounterKey, Event,
@@ -95,8 +96,10 @@ class SafetyReportHook(Hook):
 
     * normal end (``after_run``): one ``all_gather_object`` of the counters,
       called on every rank; rank 0 writes the file. A run that a hook ended
-      with :class:`~mmsafe.engine.runner.StopTraining` under ``SafeRunner``
-      ends normally.
+      through :func:`~mmsafe.engine.runner.stop.stop_run` ends normally
+      (``status='finished'``; under ``SafeRunner`` also through
+      :class:`~mmsafe.engine.runner.StopTraining`), and ``stopped`` holds
+      the hook's reason, the iteration and the checkpoint it saved.
     * crash: :meth:`report_crash`, which
       :class:`~mmsafe.engine.runner.SafeRunner` (``runner_type =
       'SafeRunner'``, set by ``configs/_base_/safety_runtime.py``) calls for
@@ -312,6 +315,7 @@ class SafetyReport:
                     type(exc), exc, exc.__traceback__)[-12:]),
             root_cause=root_cause,
             preemption=preemption,
+            stopped=runner.message_hub.get_info(STOP_INFO),
             epoch=epoch,
             iter=it,
             max_iters=max_iters,
@@ -343,6 +347,10 @@ class SafetyReport:
             exc = report['exception']
             lines.append(f"  exception        : {exc['type']}: "
                          f"{exc['message'][:300]}")
+        if report.get('stopped'):
+            stopped = report['stopped']
+            lines.append(f"  stopped by a hook: after iteration "
+                         f"{stopped['iter']}: {stopped['reason'][:300]}")
         root = report.get('root_cause')
         if root and root.get('rank') is not None:
             where = (f", iteration {root['iter']}"

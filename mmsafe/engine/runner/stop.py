@@ -15,6 +15,12 @@ from mmsafe.events import log
 #: requeues the job on it. ``PreemptionHook(exit_code=...)`` changes it.
 PREEMPTED_EXIT_CODE = 75
 
+#: Message-hub key of the stop a hook asked for through :func:`stop_run`
+#: (``reason``, ``iter``, ``checkpoint``), which ``SafetyReportHook``
+#: reports; not kept in checkpoints, so a resumed run starts without it,
+#: and outside ``mmsafe/``, whose keys are the guards' counters.
+STOP_INFO = 'mmsafe_stop'
+
 
 def stop_run(runner, reason: str, checkpoint: Optional[str] = None,
              in_train_iter: bool = True,
@@ -28,13 +34,17 @@ def stop_run(runner, reason: str, checkpoint: Optional[str] = None,
       ``runner.train_loop.stop_training`` is set, the flag these loops read
       before their next iteration or epoch (as MMEngine's
       ``EarlyStoppingHook`` does); the loop ends normally, under any
-      runner, and this function returns;
+      runner, and this function logs the reason and returns;
     * otherwise (``EpochBasedTrainLoop`` inside a training iteration, any
       other loop, or a stop with an ``exit_code``): :class:`StopTraining`
       (:class:`Preempted` with an ``exit_code``) is raised. ``SafeRunner``
       ends the run cleanly (``after_train`` and ``after_run`` hooks run);
       under MMEngine's stock ``Runner`` the exception ends the run with its
       message and a non-zero exit code.
+
+    A stop without ``exit_code`` is recorded under :data:`STOP_INFO` in the
+    runner's message hub: ``SafetyReportHook`` reports it as ``stopped``
+    (reason, iteration, checkpoint).
 
     Args:
         runner: the runner whose training stops.
@@ -52,10 +62,17 @@ def stop_run(runner, reason: str, checkpoint: Optional[str] = None,
     from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
     if exit_code is not None:
         raise Preempted(reason, checkpoint, exit_code)
+    iteration = runner.iter + 1 if in_train_iter else runner.iter
+    runner.message_hub.update_info(
+        STOP_INFO, dict(reason=reason, iter=iteration, checkpoint=checkpoint),
+        resumed=False)
     loop = runner.train_loop
     if isinstance(loop, IterBasedTrainLoop) or (
             not in_train_iter and isinstance(loop, EpochBasedTrainLoop)):
         loop.stop_training = True
+        saved = f' (saved {checkpoint})' if checkpoint else ''
+        log(f'training stops after iteration {iteration}: {reason}{saved}',
+            logging.WARNING)
         return
     raise StopTraining(reason, checkpoint=checkpoint)
 
