@@ -49,7 +49,8 @@ Rules that keep ranks in step:
 import zlib
 from typing import Dict, List, Optional, Sequence
 
-from mmsafe.dist import all_reduce_sum, get_rank, get_world_size, is_distributed
+from mmsafe.dist import (all_reduce_sum, get_rank, get_world_size,
+                         is_distributed)
 from mmsafe.engine.run_context import run_context
 from mmsafe.errors import MMSafeKeyError, MMSafeRuntimeError
 

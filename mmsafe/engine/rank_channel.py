@@ -16,7 +16,8 @@ connection of its own:
 
 * a rank writes a record only when it has something to say (the message
   of an event, :func:`mmsafe.events.write_event`, which a log handler of
-  the channel picks up from the run's logger; its exception; its end; :class:`~mmsafe.engine.hooks.RankFaultHook` also
+  the channel picks up from the run's logger; its exception; its end;
+  :class:`~mmsafe.engine.hooks.RankFaultHook` also
   stores the rank's loss terms at the first iteration and when they
   change); a healthy training step writes nothing and runs no collective;
 * every rank has a listener thread that blocks in one store ``wait`` for

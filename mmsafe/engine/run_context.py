@@ -17,7 +17,8 @@ the resume plan when it resumes). Under any other runner (a plain MMEngine
 runner and keeps it as long as the runner lives: no rank channel, no
 resume plan and no shared MonitorSync (each hook then syncs its own
 values). Events are no piece of the context: a hook writes them with
-:func:`mmsafe.events.write_event` into ``runner.work_dir``. Nothing is set on such a runner.
+:func:`mmsafe.events.write_event` into ``runner.work_dir``. Nothing is
+set on such a runner.
 
 A failed run asks its hooks what they know through two documented
 methods, :class:`FailureExplainer` and :class:`CrashReporter`: a hook takes

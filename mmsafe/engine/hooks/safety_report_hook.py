@@ -17,7 +17,8 @@ from mmsafe.checkpoint import resume as checkpoint_resume
 from mmsafe.datasets import pairing
 from mmsafe.dist import all_gather_object, get_rank, get_world_size
 from mmsafe.engine.guard_status import guard_statuses, summary_line
-from mmsafe.engine.optimizers import AmpNaNSkipOptimWrapper, NaNSkipOptimWrapper
+from mmsafe.engine.optimizers import (AmpNaNSkipOptimWrapper,
+                                      NaNSkipOptimWrapper)
 from mmsafe.engine.resume_state import ResumePlan
 from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.safe_runner import SafeRunner
