@@ -34,6 +34,8 @@
 #   MMSAFE_MMCV_BUILD    auto (default): compile mmcv from source when no
 #                        prebuilt or earlier-built wheel fits this torch;
 #                        never: stop there instead, with exit status 3
+#                        (before torch is downloaded, when the planner can
+#                        tell: tools/setup_plan.py mmcv-wheel)
 #   MMSAFE_FORCE=1       reinstall mmsafe's layer even when the stamp matches
 set -euo pipefail
 
@@ -82,6 +84,14 @@ else
   PLAN_NOTE=""; PLAN_TORCH_INDEX=""
   read_plan < <("$PY" "$PLAN" torch)
   [ -n "$PLAN_NOTE" ] && say "$PLAN_NOTE"
+  if [ "${MMSAFE_MMCV_BUILD:-auto}" = never ]; then
+    PLAN_NOTE=""; PLAN_MMCV_WHEEL=maybe
+    read_plan < <("$PY" "$PLAN" mmcv-wheel "$PLAN_TORCH_REQ")
+    if [ "$PLAN_MMCV_WHEEL" = no ]; then
+      say "$PLAN_NOTE, and MMSAFE_MMCV_BUILD=never: stopping before torch's download (unset MMSAFE_MMCV_BUILD to build mmcv from source, 10-20 minutes on 2 cores)"
+      exit 3
+    fi
+  fi
   say "installing $PLAN_TORCH_REQ${PLAN_TORCH_INDEX:+ (extra index $PLAN_TORCH_INDEX)}"
   EXTRA=()
   if [ -n "$PLAN_TORCH_INDEX" ]; then EXTRA=(--extra-index-url "$PLAN_TORCH_INDEX"); fi

@@ -8,6 +8,8 @@ the standard library (it runs before torch is installed) and prints
                                         # MMDET_REQ, STACK
     python tools/setup_plan.py torch    # TORCH_REQ, TORCH_INDEX, NOTE
     python tools/setup_plan.py mmcv     # MMCV_INDEX, MMCV_WHEEL_DIR, NOTE
+    python tools/setup_plan.py mmcv-wheel TORCH_REQ  # MMCV_WHEEL=maybe|no
+                                        # (before torch is installed)
     python tools/setup_plan.py numpy-pin  # the constraints this torch's
                                           # numpy ABI needs (one a line)
     python tools/setup_plan.py numpy    # exit 1 when torch cannot use the
@@ -43,6 +45,7 @@ Variables (all optional):
 """
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 import sys
@@ -201,7 +204,6 @@ def aten_cxx_standard(torch_dir: str):
     or None when they say nothing: mmcv 2.1.0 compiles its ops with
     ``-std=c++17`` and mmcv 2.0.x with ``-std=c++14``, so a torch whose
     headers need a newer standard cannot build that mmcv."""
-    import re
     header = osp.join(torch_dir, 'include', 'ATen', 'ATen.h')
     try:
         with open(header, encoding='utf-8', errors='replace') as f:
@@ -254,6 +256,49 @@ def plan_mmcv(env=None, probe=None):
     return dict(MMCV_INDEX=index, MMCV_WHEEL_DIR=wheel_dir, NOTE=note,
                 MMCV_BUILD=build)
 
+
+
+def mmcv_wheel_before_torch(torch_req: str, env=None, probe=None):
+    """Whether mmcv may be had without compiling it, asked before
+    ``torch_req`` is installed (``MMSAFE_MMCV_BUILD=never`` then stops
+    before torch's download of up to 2.7 GB).
+
+    ``MMCV_WHEEL=no`` only when that is certain: ``torch_req`` pins one
+    release (``torch==X``), no wheel built earlier for torch X lies in
+    the cache, and OpenMMLab's index for torch X.Y answers for neither
+    the CPU nor the CUDA 12.1 build (or ``MMSAFE_MMCV_INDEX=none``).
+    Anything else is ``maybe``, and :func:`plan_mmcv` decides once torch
+    is installed.
+    """
+    import glob
+    env = os.environ if env is None else env
+    probe = probe or reachable
+    version = plan_stack(env)['MMCV_VERSION']
+    pinned = re.fullmatch(r'torch==([0-9][0-9.]*)', torch_req.strip())
+    if not pinned:
+        return dict(MMCV_WHEEL='maybe', NOTE='')
+    torch_version = pinned.group(1)
+    py = f'cp{sys.version_info[0]}{sys.version_info[1]}'
+    build_dirs = f'torch{glob.escape(torch_version)}[+-]*{py}'
+    built = glob.glob(osp.join(glob.escape(cache_root(env)), 'wheels',
+                               f'mmcv-{version}', build_dirs,
+                               f'mmcv-{version}-*.whl'))
+    if built:
+        return dict(MMCV_WHEEL='maybe', NOTE='')
+    index = env.get('MMSAFE_MMCV_INDEX', '')
+    if index and index != 'none':
+        return dict(MMCV_WHEEL='maybe', NOTE='')
+    major_minor = '.'.join(torch_version.split('.')[:2])
+    if index != 'none' and any(
+            probe(MMCV_INDEX.format(tag=tag, mm=major_minor))
+            for tag in ('cpu', 'cu121')):
+        return dict(MMCV_WHEEL='maybe', NOTE='')
+    where = 'MMSAFE_MMCV_INDEX=none' if index == 'none' else \
+        f'OpenMMLab\'s index for torch {major_minor} does not answer'
+    return dict(MMCV_WHEEL='no', NOTE=(
+        f'no mmcv {version} wheel for torch {torch_version} can be had '
+        f'without compiling ({where}; none built earlier in '
+        f'{cache_root(env)})'))
 
 #: what a torch built against numpy 1.x needs held for every install (numpy
 #: 2 cannot be loaded by it; opencv >= 4.11 requires numpy 2)
@@ -310,6 +355,8 @@ def main(argv=None) -> int:
         plan = plan_torch()
     elif what == 'mmcv':
         plan = plan_mmcv()
+    elif what == 'mmcv-wheel' and len(argv) == 2:
+        plan = mmcv_wheel_before_torch(argv[1])
     elif what == 'numpy-pin':
         for line in numpy_pins():
             print(line)

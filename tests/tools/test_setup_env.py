@@ -19,14 +19,17 @@ pytestmark = [pytest.mark.one_end, pytest.mark.slow]
 SETUP_ENV = osp.join(REPO_ROOT, 'tools', 'setup_env.sh')
 
 
-def _standin_venv(tmp_path):
+def _standin_venv(tmp_path, torch_installed=True):
     venv = tmp_path / 'venv'
     (venv / 'bin').mkdir(parents=True)
     record = tmp_path / 'calls.txt'
     python = venv / 'bin' / 'python'
+    no_torch = '' if torch_installed else \
+        'if [ "$1" = -c ] && [ "$2" = "import torch" ]; then exit 1; fi'
     python.write_text(f"""#!/usr/bin/env bash
 echo "$*" >> {str(record)!r}
 if [ "$1" = -m ] && [ "$2" = pip ]; then exit 0; fi
+{no_torch}
 if [ "$1" = -c ] && [[ "$2" == *"from mmcv.ops import nms"* ]]; then exit 1; fi
 exec {sys.executable!r} "$@"
 """)
@@ -41,8 +44,8 @@ def _builds(calls):
             if c.startswith('-m pip') and c.split()[3:4] == ['wheel']]
 
 
-def _run_setup(tmp_path, **env):
-    venv, record = _standin_venv(tmp_path)
+def _run_setup(tmp_path, torch_installed=True, **env):
+    venv, record = _standin_venv(tmp_path, torch_installed)
     full_env = dict(MMSAFE_VENV=str(venv), MMSAFE_PYTHON=sys.executable,
                     MMSAFE_CACHE_DIR=str(tmp_path / 'cache'),
                     MMSAFE_MMCV_INDEX='none', MMSAFE_STACK='default')
@@ -71,3 +74,32 @@ def test_auto_compiles_mmcv_when_no_wheel_fits(tmp_path):
     assert len(builds) == 1, calls
     assert '--no-build-isolation' in builds[0]
     assert os.path.isdir(osp.join(tmp_path, 'cache'))
+
+
+def _torch_installs(calls):
+    return [c for c in calls
+            if c.startswith('-m pip') and 'install' in c.split()
+            and any(a.startswith('torch==') for a in c.split())]
+
+
+def test_never_stops_before_downloading_torch_when_no_wheel_can_fit(
+        tmp_path):
+    result, calls = _run_setup(
+        tmp_path, torch_installed=False, MMSAFE_MMCV_BUILD='never',
+        MMSAFE_TORCH='torch==2.1.2', MMSAFE_TORCH_INDEX='none')
+    assert result.returncode == 3, result.output
+    assert "stopping before torch's download" in result.output
+    assert _torch_installs(calls) == [], calls
+
+
+def test_never_still_installs_torch_when_a_built_wheel_waits(tmp_path):
+    py = f'cp{sys.version_info[0]}{sys.version_info[1]}'
+    built = tmp_path / 'cache' / 'wheels' / 'mmcv-2.1.0' / \
+        f'torch2.1.2+cpu-cpuops-{py}'
+    built.mkdir(parents=True)
+    (built / f'mmcv-2.1.0-{py}-{py}-linux_x86_64.whl').write_bytes(b'')
+    result, calls = _run_setup(
+        tmp_path, torch_installed=False, MMSAFE_MMCV_BUILD='never',
+        MMSAFE_TORCH='torch==2.1.2', MMSAFE_TORCH_INDEX='none')
+    assert "stopping before torch's download" not in result.output
+    assert len(_torch_installs(calls)) == 1, calls

@@ -544,3 +544,43 @@ def test_main_stack_prints_key_value_lines(monkeypatch, capsys):
     assert lines == dict(STACK='oldest', MMCV_VERSION='2.0.1',
                          MMENGINE_REQ='mmengine==0.7.4',
                          MMDET_REQ='mmdet==3.0.0', PINS='yapf<=0.40.1')
+
+
+def test_mmcv_wheel_before_torch_no_only_when_certain(tmp_path):
+    env = dict(MMSAFE_CACHE_DIR=str(tmp_path))
+    cpu = ('https://download.openmmlab.com/mmcv/dist/cpu/torch2.1/'
+           'index.html')
+    cuda = cpu.replace('/cpu/', '/cu121/')
+    probe = Probe(False)
+    plan = sp.mmcv_wheel_before_torch('torch==2.1.2', env=env, probe=probe)
+    assert plan['MMCV_WHEEL'] == 'no' and probe.urls == [cpu, cuda]
+    assert 'torch 2.1.2' in plan['NOTE'] and str(tmp_path) in plan['NOTE']
+    # OpenMMLab's index answers for one build: the full plan decides later
+    assert sp.mmcv_wheel_before_torch(
+        'torch==2.1.2', env=env, probe=Probe(True))['MMCV_WHEEL'] == 'maybe'
+    # a range or an unpinned torch: its release is not known yet
+    for req in ('torch', 'torch>=2.1', 'torch==2.1.*'):
+        assert sp.mmcv_wheel_before_torch(
+            req, env=env, probe=Probe(False))['MMCV_WHEEL'] == 'maybe'
+    # a user's own index is not probed here
+    given = dict(env, MMSAFE_MMCV_INDEX='https://example.org/mmcv/')
+    assert sp.mmcv_wheel_before_torch(
+        'torch==2.1.2', env=given, probe=Probe(False))['MMCV_WHEEL'] == \
+        'maybe'
+    # no index at all and nothing built: certain, without a probe
+    none = dict(env, MMSAFE_MMCV_INDEX='none')
+    probe = Probe(True)
+    assert sp.mmcv_wheel_before_torch(
+        'torch==2.1.2', env=none, probe=probe)['MMCV_WHEEL'] == 'no'
+    assert probe.urls == []
+    # a wheel built earlier for this torch release (any build of it)
+    built = tmp_path / 'wheels' / 'mmcv-2.1.0' / \
+        f'torch2.1.2+cu121-cpuops-{PY}'
+    built.mkdir(parents=True)
+    (built / f'mmcv-2.1.0-{PY}-{PY}-linux_x86_64.whl').write_bytes(b'')
+    assert sp.mmcv_wheel_before_torch(
+        'torch==2.1.2', env=none, probe=Probe(False))['MMCV_WHEEL'] == \
+        'maybe'
+    # ... but not one for another release that shares the prefix
+    assert sp.mmcv_wheel_before_torch(
+        'torch==2.1.20', env=none, probe=Probe(False))['MMCV_WHEEL'] == 'no'
