@@ -363,6 +363,8 @@ def test_setup_env_source_build_and_failure(sandbox):
     assert result.returncode == 1, result
     assert '[setup_env] FAILED, see the messages above.' in result.flat
     steps = setup_steps(sandbox)
+    # the set-up got as far as the build (not stopped by an earlier step)
+    assert ['plan', 'mmcv'] in steps, (steps, result)
     # No prebuilt attempt: a wheel built without pip's cache (which keys it
     # by its source, whatever torch it was built against) in the folder for
     # this torch build, then installed from there.
