@@ -118,7 +118,7 @@ ALLOWED = {
     # The loss-weight probe scales a loss module's numeric ``loss_weight``
     # for one extra forward (RNG and buffers restored) and restores it in a
     # ``finally``: the lint's measurement, not a change of the model.
-    ('mmsafe/engine/loss_dict_lint/weight_probe.py', 'module.loss_weight'),
+    ('mmsafe/engine/hooks/loss_dict_lint_hook.py', 'module.loss_weight'),
     # The probe's fallback points the loop at the rebuilt DataLoader through
     # the loop's two public attributes, before its first batch (invariants
     # in replace_loop_loader's docstring).

@@ -6,7 +6,7 @@ import weakref
 
 import torch
 
-from mmsafe.engine.loss_dict_lint.lint import lint_loss_dict
+from mmsafe.engine.hooks.loss_dict_lint_hook import lint_loss_dict
 from tests.engine.check_toys_cfg import toy_config
 from tests.engine.check_toys_run import events, healthy_run, why
 from tests.utils import run_train

@@ -6,7 +6,7 @@ effect"; a weight the called module ignores is still reported."""
 import torch
 import torch.nn as nn
 
-from mmsafe.engine.loss_dict_lint.weight_probe import probe_loss_weights
+from mmsafe.engine.hooks.loss_dict_lint_hook import probe_loss_weights
 
 
 class _Preprocessor(nn.Module):
