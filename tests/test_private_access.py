@@ -78,9 +78,10 @@ THIRD_PARTY = {
     ('mmsafe/engine/first_batch_stats/channels.py', 'pre',
      '_channel_conversion'):
         "MMEngine/MMDetection preprocessors' channel swap setting",
-    ('mmsafe/engine/hang_watchdog/report.py', 'os', '_exit'):
+    ('mmsafe/engine/hooks/hang_watchdog_hook.py', 'os', '_exit'):
         'public API of the standard library',
-    ('mmsafe/engine/hang_watchdog/stacks.py', 'sys', '_current_frames'):
+    ('mmsafe/engine/hooks/hang_watchdog_hook.py', 'sys',
+     '_current_frames'):
         'public API of the standard library',
     ('mmsafe/engine/loops.py', 'infinite', '_iterator'):
         'the DataLoader iterator inside MMEngine\'s '

@@ -160,7 +160,7 @@ def test_collective_is_named_from_the_stack():
     collective; a stack without one names none."""
     import sys
 
-    from mmsafe.engine.hang_watchdog.stacks import collective_of
+    from mmsafe.engine.hooks.hang_watchdog_hook import collective_of
     c10d = 'site-packages/torch/distributed/distributed_c10d.py'
     namespace = dict(sys=sys)
     exec(compile('def all_gather(cb):\n    return cb()\n'
