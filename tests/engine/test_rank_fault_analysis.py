@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
-                                               names_for_indices,
-                                               parameter_indices,
-                                               reducer_parameter_names)
-from mmsafe.engine.rank_fault.loss_terms import (LossTermWatch,
-                                               group_by_module,
-                                               reached_parameters)
+from mmsafe.engine.hooks.rank_fault_hook import (LossTermWatch,
+                                                 ddp_error_kind,
+                                                 group_by_module,
+                                                 names_for_indices,
+                                                 parameter_indices,
+                                                 reached_parameters,
+                                                 reducer_parameter_names)
 from tests.engine.check_toys_cfg import toy_config
 from tests.engine.check_toys_run import events, why
 from tests.utils import run_train

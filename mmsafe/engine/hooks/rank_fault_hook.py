@@ -1,25 +1,284 @@
 """Name a fault of one rank: a loss term it stopped producing, the modules
-that got no gradient there, and DDP's unused-parameter error explained."""
-import logging
-from typing import Any, Dict, List, Optional
+that got no gradient there, and DDP's unused-parameter error explained.
 
+:class:`LossTermWatch` follows which loss terms a rank produced, iteration
+by iteration, and which parameters they reach; :func:`ddp_error_kind`,
+:func:`parameter_indices` and :func:`names_for_indices` read PyTorch's DDP
+reducer errors back into the parameters and modules they name;
+:class:`RankFaultHook` runs both and reports.
+"""
+import logging
+import re
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+import torch
+import torch.nn as nn
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
 from mmsafe.registry import HOOKS
 from mmsafe.compat import ddp_reduction_check
 from mmsafe.dist import get_rank, get_world_size, is_distributed
-from mmsafe.engine.rank_fault.ddp_errors import (ddp_error_kind,
-                                                  names_for_indices,
-                                                  parameter_indices,
-                                                  unfinished_reduction_error)
-from mmsafe.engine.rank_fault.loss_terms import LossTermWatch, group_by_module
+from mmsafe.engine.loss_graph import as_tensors, loss_keys, walk_autograd
 from mmsafe.engine.run_context import run_context
 from mmsafe.engine.runner.errors import DDPParameterError
 from mmsafe.engine.utils import unwrap_model
 from mmsafe.errors import MMSafeRuntimeError, MMSafeValueError
 from mmsafe.guard_outputs import CounterKey, Event, GuardOutputs, Section
 from mmsafe.events import batch_file_names, update_counters, write_event
+
+#: Substrings of DDP's reducer errors about unused or reused parameters.
+UNUSED_MARKERS = (
+    'Expected to have finished reduction in the prior iteration',
+    'parameters that were not used in producing loss',
+    'did not receive grad',
+)
+TWICE_MARKERS = (
+    'marked as ready twice',
+    'Expected to mark a variable ready only once',
+)
+
+_INDICES = re.compile(
+    r'Parameter indices which did not receive grad for rank (\d+):'
+    r'((?:\s+\d+)+)')
+_TWICE = re.compile(r'Parameter at index (\d+)')
+
+
+def ddp_error_kind(exc: BaseException) -> Optional[str]:
+    """``'unused'`` or ``'twice'`` for DDP's parameter errors, else None."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    text = str(exc)
+    if any(marker in text for marker in UNUSED_MARKERS):
+        return 'unused'
+    if any(marker in text for marker in TWICE_MARKERS):
+        return 'twice'
+    return None
+
+
+def parameter_indices(message: str) -> List[int]:
+    """The parameter indices that DDP's message names (unused or twice)."""
+    found = _INDICES.search(message)
+    if found:
+        return [int(i) for i in found.group(2).split()]
+    return [int(i) for i in _TWICE.findall(message)]
+
+
+def reducer_parameter_names(module: nn.Module,
+                            ignore: Optional[set] = None) -> List[str]:
+    """Names of ``module``'s parameters in DDP's reducer order; ``ignore``:
+    DDP's ``parameters_to_ignore``.
+
+    DDP reports a parameter that got no gradient on a rank (or one that got
+    two) by its index in the reducer's parameter list: "Parameter indices
+    which did not receive grad for rank 1: 6 7 8 ...", "Parameter at index
+    12 ... has been marked as ready twice". The names appear only with
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``. The reducer's list is built by one
+    rule on every supported torch: the wrapped module's
+    ``named_modules()``, each module's own parameters that require grad and
+    are not in ``parameters_to_ignore``, the first occurrence of a shared
+    parameter only.
+    """
+    ignore = set(ignore or ())
+    names, seen = [], set()
+    for module_name, sub in module.named_modules():
+        for param_name, param in sub.named_parameters(recurse=False):
+            full = f'{module_name}.{param_name}' if module_name \
+                else param_name
+            # DDP compares '{module_name}.{param_name}', with a leading dot
+            # for the root module's own parameters.
+            if not param.requires_grad or \
+                    f'{module_name}.{param_name}' in ignore:
+                continue
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            names.append(full)
+    return names
+
+
+def names_for_indices(wrapper: nn.Module, indices: List[int]) -> List[str]:
+    """Parameter names of a DDP wrapper's reducer ``indices``."""
+    module = getattr(wrapper, 'module', wrapper)
+    names = reducer_parameter_names(
+        module, getattr(wrapper, 'parameters_to_ignore', None))
+    return [names[i] for i in indices if 0 <= i < len(names)]
+
+
+def unfinished_reduction_error(wrapper: nn.Module, unreached: List[str],
+                               rank: int) -> RuntimeError:
+    """DDP's unused-parameter error, for a torch whose DDP cannot check its
+    reducer locally (torch 2.0 has no ``_check_reducer_finalized``).
+
+    Without ``find_unused_parameters``, a parameter that the loss reached
+    before and no longer reaches leaves this rank's gradient all-reduce
+    unfinished: DDP fails at the next iteration, and the other ranks' next
+    collective meets the unfinished one (torch 2.0's gloo then aborts the
+    process). The error is DDP's own message, with the reducer indices of
+    ``unreached`` (see :func:`reducer_parameter_names`), so that it reads
+    and is explained as DDP's.
+
+    Args:
+        wrapper (nn.Module): the DDP wrapper.
+        unreached (list[str]): names of the parameters the loss no longer
+            reaches, as the wrapped module names them.
+        rank (int): this rank.
+    """
+    module = getattr(wrapper, 'module', wrapper)
+    order = reducer_parameter_names(
+        module, getattr(wrapper, 'parameters_to_ignore', None))
+    wanted = set(unreached)
+    indices = ' '.join(str(i) for i, name in enumerate(order)
+                       if name in wanted)
+    return RuntimeError(
+        'Expected to have finished reduction in the prior iteration before '
+        'starting a new one. This error indicates that your module has '
+        'parameters that were not used in producing loss (found from the '
+        'loss graph: this torch\'s DDP has no local check of its reducer). '
+        f'Parameter indices which did not receive grad for rank {rank}: '
+        f'{indices}')
+
+
+def _requires_grad(value) -> bool:
+    tensors = as_tensors(value)
+    return bool(tensors) and any(t.requires_grad for t in tensors)
+
+
+def reached_parameters(losses: dict, limit: int = 1000000) -> Set[int]:
+    """Ids of the parameters (autograd leaves) that the loss terms of
+    ``losses`` reach; the graph is only inspected."""
+    roots = []
+    reached: Set[int] = set()
+    for key in loss_keys(losses):
+        for tensor in as_tensors(losses[key]):
+            if tensor.grad_fn is not None:
+                roots.append(tensor.grad_fn)
+            elif tensor.requires_grad:
+                reached.add(id(tensor))
+
+    def visit(fn) -> bool:
+        variable = getattr(fn, 'variable', None)
+        if isinstance(variable, torch.Tensor):
+            reached.add(id(variable))
+        return True
+
+    walk_autograd(roots, visit, limit)
+    return reached
+
+
+def group_by_module(names: Iterable[str], model: nn.Module) -> List[str]:
+    """The shortest description of parameter ``names`` by modules: a module
+    all of whose trainable parameters are in ``names`` is named once (its
+    children not); the rest by parameter, with its module.
+
+    Returns:
+        list[str]: e.g. ``['macl_head (13 parameters)',
+        'roi_head.bbox_head.fc_cls.weight']``.
+    """
+    wanted = set(names)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    covered: Set[str] = set()
+    out: List[str] = []
+    for module_name, module in model.named_modules():
+        prefix = f'{module_name}.' if module_name else ''
+        own = [f'{prefix}{n}' for n, p in module.named_parameters()
+               if p.requires_grad]
+        own = [n for n in own if n in trainable]
+        if not own or not module_name or any(n in covered for n in own):
+            continue
+        if all(n in wanted for n in own):
+            covered.update(own)
+            count = len(own)
+            out.append(f'{module_name} ({count} parameter'
+                       f'{"s" if count != 1 else ""})')
+    out.extend(sorted(n for n in wanted if n not in covered))
+    return out
+
+
+class LossTermWatch:
+    """The loss terms of one rank over a run.
+
+    Under DDP every rank must back-propagate into the same parameters in
+    every iteration: a term that one rank leaves out of its loss dict (a
+    swallowed exception, a branch that returns early for some batches, a
+    constant placeholder) leaves that branch's parameters without a
+    gradient there, and DDP either fails one iteration later ("Expected to
+    have finished reduction in the prior iteration ...") or, with
+    ``find_unused_parameters=True``, trains on silently without that term
+    on that rank.
+
+    Each iteration's terms are compared with the rank's earlier ones: on a
+    healthy step, two small sets of key names (no device read, no
+    collective). Only when they differ is the autograd graph walked
+    (inspected, never run) to name the modules that the loss no longer
+    reaches.
+
+    Call :meth:`observe` with each training iteration's loss dict (before
+    backward, while its graph is alive).
+    """
+
+    def __init__(self) -> None:
+        self.known: Set[str] = set()  # every loss key seen so far
+        self.with_grad: Set[str] = set()  # ... that carried a gradient
+        self.first_iter: Optional[int] = None
+        self.last_iter: Optional[int] = None
+        self.last_keys: List[str] = []
+        self.last_detached: List[str] = []
+        self._last_sig: Optional[Tuple[frozenset, frozenset]] = None
+        self._baseline_reached: Optional[Set[int]] = None
+        self.changes: List[Dict] = []
+        self.faulty = False  # the latest observed iteration differs
+
+    def observe(self, iteration: int, losses: dict,
+                params: Dict[int, str]) -> Optional[Dict]:
+        """Record one iteration's loss dict.
+
+        Args:
+            iteration (int): the training iteration (1-based).
+            losses (dict): the loss dict, graph alive.
+            params (dict): ``id(parameter) -> name`` of the trainable
+                parameters.
+
+        Returns:
+            dict or None: on a change (terms missing, new, or without
+            gradient compared with this rank's earlier iterations; or back
+            to normal) what changed, including the modules the loss no
+            longer reaches; None when nothing changed.
+        """
+        keys = loss_keys(losses)
+        detached = [k for k in keys if not _requires_grad(losses[k])]
+        sig = (frozenset(keys), frozenset(detached))
+        first = self.first_iter is None
+        if first:
+            self.first_iter = iteration
+            self._baseline_reached = reached_parameters(losses)
+        self.last_iter = iteration
+        if sig == self._last_sig:
+            return None
+        self._last_sig = sig
+        self.last_keys, self.last_detached = keys, detached
+        missing = sorted(self.known - set(keys))
+        new = [] if first else sorted(set(keys) - self.known)
+        lost_grad = sorted(set(detached) & self.with_grad)
+        self.known.update(keys)
+        self.with_grad.update(k for k in keys if k not in detached)
+        if first:
+            return None
+        faulty = bool(missing or lost_grad)
+        if not faulty and not self.faulty and not new:
+            return None
+        unreached: List[str] = []
+        if faulty and self._baseline_reached is not None:
+            now = reached_parameters(losses)
+            unreached = sorted(params[i] for i in self._baseline_reached
+                               if i not in now and i in params)
+        change = dict(iter=iteration, keys=keys, missing=missing, new=new,
+                      detached=lost_grad, unreached=unreached,
+                      restored=not faulty and self.faulty)
+        self.faulty = faulty
+        self.changes.append(change)
+        return change
+
 
 _POLICIES = ('warn', 'raise')
 
