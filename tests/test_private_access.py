@@ -83,11 +83,11 @@ THIRD_PARTY = {
     ('mmsafe/engine/hooks/hang_watchdog_hook.py', 'sys',
      '_current_frames'):
         'public API of the standard library',
+    ('mmsafe/engine/hooks/macl_signals.py', 'p', '_version'):
+        "a tensor's in-place version counter",
     ('mmsafe/engine/loops.py', 'infinite', '_iterator'):
         'the DataLoader iterator inside MMEngine\'s '
         '_InfiniteDataloaderIterator',
-    ('mmsafe/engine/macl_check/signals.py', 'p', '_version'):
-        "a tensor's in-place version counter",
     ('mmsafe/engine/optimizers/amp_nan_skip_optim_wrapper.py',
      'self.loss_scaler', '_per_optimizer_states'):
         "GradScaler's per-optimizer state (found-inf flags)",

@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from mmsafe.engine.macl_check.signals import (HeadReach, LossLiveness,
-                                                 WindowMean, chance_ratio,
-                                                 describe, find_macl_head)
+from mmsafe.engine.hooks.macl_signals import (HeadReach, LossLiveness,
+                                              WindowMean, chance_ratio,
+                                              describe, find_macl_head)
 
 
 def test_liveness_flags_missing_nonfinite_zero_and_constant():

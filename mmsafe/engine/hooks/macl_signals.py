@@ -1,6 +1,7 @@
 """Signals of a cross-modal contrastive (MACL) loss read from its logged
-values: liveness, reach into the head, chance level, and windows over
-which they are averaged."""
+values, as :class:`~mmsafe.engine.hooks.MACLCheckHook` judges them:
+liveness, reach into the head, chance level, and windows over which they
+are averaged."""
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
