@@ -75,7 +75,7 @@ THIRD_PARTY = {
         'public API of the standard library',
     ('mmsafe/datasets/walk.py', 'current', '_get_ori_dataset_idx'):
         "MMEngine's ConcatDataset index mapping",
-    ('mmsafe/engine/first_batch_stats/channels.py', 'pre',
+    ('mmsafe/engine/hooks/first_batch_checks.py', 'pre',
      '_channel_conversion'):
         "MMEngine/MMDetection preprocessors' channel swap setting",
     ('mmsafe/engine/hooks/hang_watchdog_hook.py', 'os', '_exit'):

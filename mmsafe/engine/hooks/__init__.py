@@ -1,4 +1,5 @@
-"""mmsafe hooks, one per file."""
+"""mmsafe hooks, one per file (macl_signals.py and first_batch_checks.py
+hold what MACLCheckHook and FirstBatchStatsHook compute)."""
 from .empty_batch_sync_hook import EmptyBatchSyncHook  # noqa: F401,E402
 from .safety_report_hook import SafetyReportHook  # noqa: F401,E402
 from .dataloader_probe_hook import DataLoaderProbeHook  # noqa: F401,E402

@@ -4,8 +4,8 @@ Unit and normalisation faults (a modality that is all zeros, the visible
 image loaded twice, BGR fed to an RGB-pretrained backbone) do not raise;
 the statistics of the first batches, taken at the output of the data
 preprocessor, show them before the first log interval. The computations
-live in :mod:`mmsafe.engine.first_batch_stats`; this hook collects the batches
-and reports.
+live in :mod:`mmsafe.engine.hooks.first_batch_checks`; this hook collects
+the batches and reports.
 """
 import logging
 from typing import Any, List, Optional
@@ -14,12 +14,13 @@ import torch
 from mmengine.hooks import Hook
 
 from mmsafe.registry import HOOKS
-from mmsafe.engine.first_batch_stats import (NEAR_CONSTANT_STD,
-                                             PairAlignment, analyse_batch,
-                                             visualize_pairs)
-from mmsafe.engine.first_batch_stats.batch import valid_crop
+from mmsafe.analysis.flat_images import NEAR_CONSTANT_STD
 from mmsafe.engine.guard_status import (ACTIVE, INACTIVE, PARTIAL,
                                         status_of)
+from mmsafe.engine.hooks.first_batch_checks import (PairAlignment,
+                                                    analyse_batch,
+                                                    valid_crop,
+                                                    visualize_pairs)
 from mmsafe.engine.modalities import (DECLARE_HINT, infrared_results_key,
                                       looked_for, modalities_of,
                                       pipeline_geometry)
@@ -39,7 +40,7 @@ class FirstBatchStatsHook(Hook):
     (``visible`` / ``infrared``; ``img`` for a single-modality model), the
     value range, mean and std over the valid (unpadded) pixels, the
     per-channel means, the image sizes and the boxes per image. It flags
-    (see :mod:`mmsafe.engine.first_batch_stats.stats`):
+    (see :func:`~mmsafe.engine.hooks.first_batch_checks.analyse_batch`):
 
     * ``all_zero`` and ``constant``: a modality that is all zeros, or
       constant in an image, after preprocessing;
