@@ -28,6 +28,9 @@ def _standin_venv(tmp_path, torch_installed=True):
         'if [ "$1" = -c ] && [ "$2" = "import torch" ]; then exit 1; fi'
     python.write_text(f"""#!/usr/bin/env bash
 echo "$*" >> {str(record)!r}
+if [ "$1" = -m ] && [ "$4" = wheel ]; then
+  echo "env CFLAGS=${{CFLAGS-<unset>}}" >> {str(record)!r}
+fi
 if [ "$1" = -m ] && [ "$2" = pip ]; then exit 0; fi
 {no_torch}
 if [ "$1" = -c ] && [[ "$2" == *"from mmcv.ops import nms"* ]]; then exit 1; fi
@@ -64,7 +67,8 @@ def test_never_stops_before_compiling_mmcv_with_status_3(tmp_path):
     assert not osp.exists(osp.join(tmp_path, 'venv', '.mmsafe-setup'))
 
 
-def test_auto_compiles_mmcv_when_no_wheel_fits(tmp_path):
+def test_auto_compiles_mmcv_when_no_wheel_fits(tmp_path, monkeypatch):
+    monkeypatch.delenv('CFLAGS', raising=False)
     result, calls = _run_setup(tmp_path)
     # the stand-in pip builds nothing, so the final ops check fails: what
     # matters is that the build was asked for, with torch's own headers
@@ -73,6 +77,8 @@ def test_auto_compiles_mmcv_when_no_wheel_fits(tmp_path):
     builds = _builds(calls)
     assert len(builds) == 1, calls
     assert '--no-build-isolation' in builds[0]
+    # compiled without debug information (Python's flags ask for -g)
+    assert calls[calls.index(builds[0]) + 1] == 'env CFLAGS=-g0', calls
     assert os.path.isdir(osp.join(tmp_path, 'cache'))
 
 
@@ -103,3 +109,10 @@ def test_never_still_installs_torch_when_a_built_wheel_waits(tmp_path):
         MMSAFE_TORCH='torch==2.1.2', MMSAFE_TORCH_INDEX='none')
     assert "stopping before torch's download" not in result.output
     assert len(_torch_installs(calls)) == 1, calls
+
+
+def test_a_users_own_cflags_reach_the_mmcv_build(tmp_path):
+    result, calls = _run_setup(tmp_path, CFLAGS='-O1 -g')
+    builds = _builds(calls)
+    assert len(builds) == 1, calls
+    assert calls[calls.index(builds[0]) + 1] == 'env CFLAGS=-O1 -g', calls
