@@ -8,7 +8,8 @@
 #   WORK_DIR  default work_dirs/<config name>
 #   Everything after WORK_DIR goes to tools/train.py unchanged, e.g.
 #   --resume --cfg-options train_cfg.max_epochs=24; "" keeps a default.
-# MMSAFE_NO_BROWSER=1 skips opening the browser; MMSAFE_KEEP_TENSORBOARD=0
+# PYTHON chooses the interpreter (default: .venv's once set up, else
+# python3). MMSAFE_NO_BROWSER=1 skips opening the browser; MMSAFE_KEEP_TENSORBOARD=0
 # stops TensorBoard when training ends (default: keep it while the terminal
 # is interactive, until Enter is pressed).
 set -uo pipefail
@@ -19,7 +20,18 @@ NAME="$(basename "${CONFIG%.py}")"
 WORK_DIR="${3:-work_dirs/$NAME}"
 shift $(( $# < 3 ? $# : 3 ))
 cd "$ROOT"
-if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY="${PYTHON:-python3}"; fi
+# The interpreter: $PYTHON when set, else .venv's once its set-up has
+# finished (tools/setup_env.sh writes .venv/.mmsafe-setup last), else python3.
+if [ -n "${PYTHON:-}" ]; then
+  PY="$PYTHON"
+elif [ -x "$ROOT/.venv/bin/python" ] && [ -f "$ROOT/.venv/.mmsafe-setup" ]; then
+  PY="$ROOT/.venv/bin/python"
+else
+  if [ -x "$ROOT/.venv/bin/python" ]; then
+    echo "[mmsafe] .venv's set-up has not finished (make setup): using python3"
+  fi
+  PY=python3
+fi
 export PYTHONIOENCODING=utf-8 PYTHONUTF8=1
 mkdir -p "$WORK_DIR"
 

@@ -215,13 +215,16 @@ def _v3_checkpoint(path):
 @pytest.mark.slow
 def test_checkpoints_of_the_other_torch_venv(tmp_path):
     """Files saved by the other torch of this checkout (``.venv`` /
-    ``.venv-newest``), where it is set up: a real cross-version check."""
+    ``.venv-newest``), where its set-up finished (tools/setup_env.sh
+    writes ``.mmsafe-setup`` last; a set-up stopped before torch leaves a
+    bare venv): a real cross-version check."""
     import subprocess
     import sys
     root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
     venvs = [osp.join(root, v) for v in ('.venv', '.venv-newest')]
     others = [osp.join(v, 'bin', 'python') for v in venvs
               if osp.exists(osp.join(v, 'bin', 'python'))
+              and osp.exists(osp.join(v, '.mmsafe-setup'))
               and osp.realpath(v) != osp.realpath(sys.prefix)]
     if not others:
         pytest.skip('no other torch venv in this checkout')

@@ -591,3 +591,48 @@ def test_setup_env_stops_where_mmcv_cannot_be_built(sandbox):
         result.flat
     assert not any(c['args'][:3] == ['-m', 'pip', 'wheel']
                    for c in sandbox.calls('python'))
+
+
+@pytest.mark.timeout(120)
+def test_linux_launcher_takes_the_venv_only_once_its_set_up_finished(
+        tmp_path):
+    """A ``.venv`` whose set-up stopped (e.g. before torch) is not used:
+    ``python3`` is, and the launcher says why; ``PYTHON`` wins over both."""
+    repo = tmp_path / 'repo'
+    (repo / 'tools').mkdir(parents=True)
+    shutil.copy(osp.join(REPO_ROOT, 'tools', 'train_with_tensorboard.sh'),
+                repo / 'tools')
+    record = tmp_path / 'used.txt'
+    bins = tmp_path / 'bin'
+    bins.mkdir()
+    for path, name in ((repo / '.venv' / 'bin' / 'python', 'venv'),
+                       (bins / 'python3', 'python3'),
+                       (bins / 'chosen', 'PYTHON')):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'#!/bin/sh\necho {name} "$@" >> {str(record)!r}\n'
+                        'exit 1\n')
+        path.chmod(0o755)
+
+    def used(**env):
+        if record.exists():
+            record.unlink()
+        result = subprocess.run(
+            ['bash', str(repo / 'tools' / 'train_with_tensorboard.sh'),
+             'cfg.py', str(free_port()), str(tmp_path / 'work')],
+            env=dict(PATH=f'{bins}{os.pathsep}/usr/bin:/bin', HOME=str(
+                tmp_path), MMSAFE_NO_BROWSER='1', **env),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=60)
+        lines = record.read_text().splitlines()
+        trained = [ln.split()[0] for ln in lines if 'tools/train.py' in ln]
+        return trained, result.stdout
+
+    trained, out = used()
+    assert trained == ['python3'], out
+    assert ".venv's set-up has not finished" in out
+    (repo / '.venv' / '.mmsafe-setup').write_text('ready\n')
+    trained, out = used()
+    assert trained == ['venv'], out
+    assert 'has not finished' not in out
+    trained, _ = used(PYTHON=str(bins / 'chosen'))
+    assert trained == ['PYTHON']
