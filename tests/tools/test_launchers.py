@@ -13,14 +13,17 @@ import ntpath
 import os
 import os.path as osp
 import pty
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 
 import pytest
 
@@ -57,6 +60,12 @@ def wine():
         yield cmd
     finally:
         cmd.close()
+
+
+#: wine's cmd when it could not start a program: the command's first token
+_NOT_STARTED = re.compile(
+    r"'\"?(Z:\\[^\"]+?\.exe)\"?[^']*' is not recognized as an internal "
+    r'or external command')
 
 
 class Sandbox:
@@ -114,6 +123,29 @@ class Sandbox:
             return f.read().split()
 
     def run(self, bat: str, *args: str, env=None, until=None):
+        """Run ``bat`` once; again from the same start, once, when wine's
+        cmd failed to start a program that exists (seen under load: "'<an
+        existing python.exe> ...' is not recognized as an internal or
+        external command"; the batch file cannot cause that)."""
+        before = tempfile.mkdtemp(prefix='sandbox-', dir=osp.dirname(
+            self.root))
+        snapshot = osp.join(before, 'root')
+        shutil.copytree(self.root, snapshot, symlinks=True)
+        try:
+            result = self._run_once(bat, args, env, until)
+            missing = _NOT_STARTED.search(result.flat)
+            if result.returncode != 0 and missing and osp.exists(
+                    missing.group(1)[2:].replace('\\', '/')):
+                warnings.warn(f'wine did not start {missing.group(1)}, '
+                              f'which exists: running {bat} again')
+                shutil.rmtree(self.root)
+                shutil.copytree(snapshot, self.root, symlinks=True)
+                result = self._run_once(bat, args, env, until)
+            return result
+        finally:
+            shutil.rmtree(before, ignore_errors=True)
+
+    def _run_once(self, bat, args, env, until):
         return self.wine.run(
             [windows_path(osp.join(self.repo, 'tools', bat)), *args],
             cwd=self.root, path_first=[self.stubs],
@@ -636,3 +668,48 @@ def test_linux_launcher_takes_the_venv_only_once_its_set_up_finished(
     assert 'has not finished' not in out
     trained, _ = used(PYTHON=str(bins / 'chosen'))
     assert trained == ['PYTHON']
+
+
+def test_a_program_wine_did_not_start_is_run_again_from_the_same_start(
+        tmp_path):
+    """The sandbox's one retry: only for wine's failure to start a program
+    that exists, from the files as they were before the first run."""
+    from tests.tools.wine_cmd import WineResult
+
+    class FakeWine:
+        stub = str(tmp_path / 'stub.exe')
+
+        def __init__(self, results):
+            self.results = list(results)
+            self.seen = []
+
+        def set_browser(self, path):
+            pass
+
+        def run(self, cmdline, cwd, path_first, env, until):
+            # what the first run leaves behind must be gone at the second
+            self.seen.append(osp.exists(osp.join(cwd, 'left_by_a_run')))
+            open(osp.join(cwd, 'left_by_a_run'), 'w').close()
+            return self.results.pop(0)
+
+    open(FakeWine.stub, 'w').close()
+    exe = windows_path(str(tmp_path / 'box' / 'stubs' / 'python.exe'))
+    not_started = WineResult(1, f"'\"{exe}\" x.py plan ' is not recognized"
+                             ' as an internal or external command', False)
+    ok = WineResult(0, 'done', False)
+    (tmp_path / 'box').mkdir()
+    wine = FakeWine([not_started, ok])
+    box = Sandbox(str(tmp_path / 'box'), wine)
+    with pytest.warns(UserWarning, match='wine did not start'):
+        assert box.run('setup_env.bat') is ok
+    assert wine.seen == [False, False]
+    # a program that does not exist, or another failure: no second run
+    gone = WineResult(1, not_started.output.replace('python.exe', 'no.exe'),
+                      False)
+    for first in (gone, WineResult(1, 'FAILED', False)):
+        shutil.rmtree(tmp_path / 'box')
+        (tmp_path / 'box').mkdir()
+        wine = FakeWine([first, ok])
+        assert Sandbox(str(tmp_path / 'box'), wine).run(
+            'setup_env.bat') is first
+        assert len(wine.seen) == 1
