@@ -191,6 +191,12 @@ def cache_root(env=None) -> str:
     return osp.join(base, 'mmsafe')
 
 
+def mmcv_wheels_of(version: str, env=None) -> str:
+    """The folder of source-built mmcv ``version`` wheels, holding one
+    folder per torch build (:func:`mmcv_build_key`)."""
+    return osp.join(cache_root(env), 'wheels', f'mmcv-{version}')
+
+
 def mmcv_build_key(torch_version: str, cuda_ops: bool, py=None) -> str:
     """One folder per torch build: pip's own cache keys a built wheel by its
     source only, so a wheel built against another torch would be reused."""
@@ -229,7 +235,7 @@ def plan_mmcv(env=None, probe=None):
     major_minor = '.'.join(torch.__version__.split('+')[0].split('.')[:2])
     cuda_ops = bool(torch.cuda.is_available()
                     or env.get('FORCE_CUDA', '') == '1')
-    wheel_dir = osp.join(cache_root(env), 'wheels', f'mmcv-{version}',
+    wheel_dir = osp.join(mmcv_wheels_of(version, env),
                          mmcv_build_key(torch.__version__, cuda_ops))
     index = env.get('MMSAFE_MMCV_INDEX', '')
     note = ''
@@ -257,7 +263,6 @@ def plan_mmcv(env=None, probe=None):
                 MMCV_BUILD=build)
 
 
-
 def mmcv_wheel_before_torch(torch_req: str, env=None, probe=None):
     """Whether mmcv may be had without compiling it, asked before
     ``torch_req`` is installed (``MMSAFE_MMCV_BUILD=never`` then stops
@@ -280,9 +285,8 @@ def mmcv_wheel_before_torch(torch_req: str, env=None, probe=None):
     torch_version = pinned.group(1)
     py = f'cp{sys.version_info[0]}{sys.version_info[1]}'
     build_dirs = f'torch{glob.escape(torch_version)}[+-]*{py}'
-    built = glob.glob(osp.join(glob.escape(cache_root(env)), 'wheels',
-                               f'mmcv-{version}', build_dirs,
-                               f'mmcv-{version}-*.whl'))
+    built = glob.glob(osp.join(glob.escape(mmcv_wheels_of(version, env)),
+                               build_dirs, f'mmcv-{version}-*.whl'))
     if built:
         return dict(MMCV_WHEEL='maybe', NOTE='')
     index = env.get('MMSAFE_MMCV_INDEX', '')
@@ -299,6 +303,7 @@ def mmcv_wheel_before_torch(torch_req: str, env=None, probe=None):
         f'no mmcv {version} wheel for torch {torch_version} can be had '
         f'without compiling ({where}; none built earlier in '
         f'{cache_root(env)})'))
+
 
 #: what a torch built against numpy 1.x needs held for every install (numpy
 #: 2 cannot be loaded by it; opencv >= 4.11 requires numpy 2)

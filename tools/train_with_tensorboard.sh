@@ -9,9 +9,9 @@
 #   Everything after WORK_DIR goes to tools/train.py unchanged, e.g.
 #   --resume --cfg-options train_cfg.max_epochs=24; "" keeps a default.
 # PYTHON chooses the interpreter (default: .venv's once set up, else
-# python3). MMSAFE_NO_BROWSER=1 skips opening the browser; MMSAFE_KEEP_TENSORBOARD=0
-# stops TensorBoard when training ends (default: keep it while the terminal
-# is interactive, until Enter is pressed).
+# python3). MMSAFE_NO_BROWSER=1 skips opening the browser;
+# MMSAFE_KEEP_TENSORBOARD=0 stops TensorBoard when training ends (default:
+# keep it while the terminal is interactive, until Enter is pressed).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CONFIG="${1:-configs/llvip/demo_cpu.py}"
